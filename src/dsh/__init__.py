@@ -1,0 +1,1 @@
+"""dsh: an agent harness whose history is an append-only, durable event log."""

@@ -1,0 +1,15 @@
+"""The one wall clock of dsh.
+
+Every wall-clock reading (event ``time`` stamps, session ``createdAt``, time-context's ``now``)
+goes through :func:`now_ms`, which reads ``time.time_ns()`` on every call. Nothing caches a
+reading, so tests can freeze and move time with ``time-machine``.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def now_ms() -> int:
+    """Current wall-clock time in integer epoch milliseconds."""
+    return time.time_ns() // 1_000_000

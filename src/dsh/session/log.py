@@ -1,0 +1,351 @@
+"""The live session: an append-only event log, its surface, and its derived messages.
+
+Owns :class:`Session`: validation of appends and seeds, the surface fold (append and positional
+replace), the incremental derived-message cache, turn bookkeeping, observers, and incremental
+indexes that plugins attach. The append path never does I/O; persistence buffers events from
+observers and writes on flush.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, overload
+
+from dsh import _clock, _json
+from dsh.session.derive import DerivedMessages, Message, project
+from dsh.session.event import (
+    SURFACE_TYPES,
+    Event,
+    InvalidEventError,
+    check_surface_fields,
+    check_vocabulary,
+)
+
+log = logging.getLogger("dsh.session")
+
+SESSION_FORMAT_VERSION = 0
+
+_ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "sourceEventSeqs", "surfaceOp"})
+
+Observer = Callable[["Session", Event], object]
+
+
+class SessionIndex(Protocol):
+    """An incremental index over a session's raw log, fed every event in seq order."""
+
+    def observe(self, event: Event) -> None: ...
+
+
+IndexT = TypeVar("IndexT", bound=SessionIndex)
+
+
+class EventLog(Sequence[Event]):
+    """Read-only view of the raw log in seq order."""
+
+    __slots__ = ("_events",)
+
+    def __init__(self, events: list[Event]) -> None:
+        self._events = events
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Event]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | list[Event]:
+        return self._events[index]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._events)
+
+    def __reversed__(self) -> Iterator[Event]:
+        return reversed(self._events)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EventLog):
+            return self._events == other._events
+        if isinstance(other, (list, tuple)):
+            return self._events == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Session:
+    """A live session. ``events`` seeds it from a replayed log without notifying observers."""
+
+    def __init__(
+        self,
+        id: str,
+        events: Iterable[Event | Mapping[str, Any]] = (),
+        *,
+        header: Mapping[str, Any] | None = None,
+    ) -> None:
+        if type(id) is not str or not id:
+            raise ValueError("session id must be a non-empty string")
+        self.id = id
+        self.header: dict[str, Any] = _make_header(id, header)
+        self._events: list[Event] = []
+        self._nodes: list[int] = []  # surface: seqs in order
+        self._positions: dict[int, int] = {}  # seq -> index in _nodes
+        self._messages: list[Message] = []  # derived messages of the current generation
+        self._replace_generation = 0
+        self._last_turn = 0
+        self._open_turn: int | None = None
+        self._observers: list[Observer] = []
+        self._indexes: dict[object, SessionIndex] = {}
+        self._publishing = False
+        for index, item in enumerate(events):
+            try:
+                event = _seed_event(item, index)
+                self._check_transition(event.type, event.seq, event.surface_op, event.source_event_seqs)
+            except (InvalidEventError, TypeError, KeyError) as exc:
+                raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
+            self._commit(event)
+
+    @classmethod
+    def restore(
+        cls, id: str, events: list[Event], *, header: Mapping[str, Any] | None = None
+    ) -> Session:
+        """Seed from events a store decoded from durable JSON (typed by the decoder).
+
+        Runs the same envelope and surface checks as a seed but skips the deep lossless-JSON
+        walk: data parsed from JSON text is JSON by construction (the store rejects ``-0``).
+        """
+        session = cls(id, header=header)
+        for index, event in enumerate(events):
+            try:
+                if event.seq != index:
+                    raise InvalidEventError(f"seq {event.seq} does not match its index {index}")
+                if event.time < 0:
+                    raise InvalidEventError(f"time {event.time} must be a non-negative integer")
+                check_vocabulary(event.type, event.data)
+                session._check_transition(
+                    event.type, event.seq, event.surface_op, event.source_event_seqs
+                )
+            except (InvalidEventError, TypeError, KeyError) as exc:
+                raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
+            session._commit(event)
+        return session
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def events(self) -> EventLog:
+        """The raw log in seq order, shadowed events included."""
+        return EventLog(self._events)
+
+    @property
+    def surface(self) -> tuple[int, ...]:
+        """Seqs of the surface nodes, in surface order."""
+        return tuple(self._nodes)
+
+    @property
+    def replace_generation(self) -> int:
+        """How many replaces the surface has seen."""
+        return self._replace_generation
+
+    @property
+    def last_turn(self) -> int:
+        """The number of the latest ``turn/start``, 0 when there is none."""
+        return self._last_turn
+
+    @property
+    def open_turn(self) -> int | None:
+        """The turn whose ``turn/start`` is the latest turn boundary, if any."""
+        return self._open_turn
+
+    def derive_messages(self) -> DerivedMessages:
+        """The model-visible history, an immutable snapshot. O(1) per call."""
+        return DerivedMessages(self._messages, len(self._messages))
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, {len(self._events)} events)"
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(
+        self,
+        type: str,
+        data: Mapping[str, Any] | Any,
+        *,
+        surface_op: str | Mapping[str, Any] | None = None,
+        source_event_seqs: Sequence[int] | None = None,
+    ) -> Event:
+        """Validate, commit and publish one event. Invalid appends raise and log nothing."""
+        if self._publishing:
+            raise RuntimeError("session append cannot reenter while another append is being published")
+        if not isinstance(type, str) or not type:
+            raise InvalidEventError("session event type must be a non-empty string")
+        try:
+            snap, _ = _json.snapshot(data)
+            op = surface_op if surface_op is None or surface_op == "append" else _json.snapshot(surface_op)[0]
+            seqs = None if source_event_seqs is None else _json.snapshot(source_event_seqs)[0]
+        except _json.NotLosslessJSON:
+            raise TypeError(f'session event "{type}" carries non-JSON-serializable data') from None
+        check_vocabulary(type, snap)
+        seq = len(self._events)
+        self._check_transition(type, seq, op, seqs)
+        event = Event(type, seq, _clock.now_ms(), snap, seqs, op)
+        self._commit(event)
+        self._publish(event)
+        return event
+
+    def subscribe(self, observer: Observer) -> Callable[[], None]:
+        """Call ``observer(session, event)`` after each commit; returns the unsubscribe."""
+        self._observers.append(observer)
+
+        def unsubscribe() -> None:
+            if observer in self._observers:
+                self._observers.remove(observer)
+
+        return unsubscribe
+
+    def attach_index(self, key: object, factory: Callable[[], IndexT]) -> IndexT:
+        """Return the index stored under ``key``, building it from the log on first use.
+
+        An index is fed every committed event in seq order, seeds included, so what it answers
+        is a pure function of the raw log.
+        """
+        existing = self._indexes.get(key)
+        if existing is not None:
+            return existing  # type: ignore[return-value]
+        index = factory()
+        for event in self._events:
+            index.observe(event)
+        self._indexes[key] = index
+        return index
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_transition(
+        self, type_: str, seq: int, surface_op: Any, source_event_seqs: Any
+    ) -> None:
+        if seq != len(self._events):
+            raise InvalidEventError(f"session event seq {seq} is not contiguous; expected {len(self._events)}")
+        check_surface_fields(type_, seq, surface_op, source_event_seqs)
+        if type(surface_op) is dict:
+            start, end = surface_op["start"], surface_op["end"]
+            i = self._positions.get(start)
+            if i is None:
+                raise InvalidEventError(f"surface replace: start seq {start} not found in surface")
+            j = self._positions.get(end)
+            if j is None:
+                raise InvalidEventError(f"surface replace: end seq {end} not found in surface")
+            if i > j:
+                raise InvalidEventError(
+                    f"surface replace: start seq {start} (index {i}) is after end seq {end} (index {j})"
+                )
+            covered = set(source_event_seqs or ())
+            missing = [s for s in self._nodes[i : j + 1] if s not in covered]
+            if missing:
+                raise InvalidEventError(
+                    "surface replace: sourceEventSeqs must include every shadowed surface node; "
+                    f"missing {', '.join(map(str, missing))}"
+                )
+
+    def _commit(self, event: Event) -> None:
+        self._events.append(event)
+        kind = event.type
+        if kind in SURFACE_TYPES:
+            op = event.surface_op
+            if op == "append":
+                self._positions[event.seq] = len(self._nodes)
+                self._nodes.append(event.seq)
+                message = project(event)
+                if message is not None:
+                    self._messages.append(message)
+            else:
+                assert isinstance(op, dict)
+                self._replace(event, op["start"], op["end"])
+        elif kind == "turn/start":
+            turn = event.data.get("turn") if type(event.data) is dict else None
+            if type(turn) is int:
+                self._last_turn = turn
+                self._open_turn = turn
+        elif kind == "turn/end":
+            self._open_turn = None
+        for index in self._indexes.values():
+            index.observe(event)
+
+    def _replace(self, event: Event, start: int, end: int) -> None:
+        i, j = self._positions[start], self._positions[end]
+        self._nodes[i : j + 1] = [event.seq]
+        self._positions = {seq: pos for pos, seq in enumerate(self._nodes)}
+        self._replace_generation += 1
+        # A new backing list, so snapshots handed out earlier keep their contents.
+        events = self._events
+        self._messages = [m for m in (project(events[s]) for s in self._nodes) if m is not None]
+
+    def _publish(self, event: Event) -> None:
+        if not self._observers:
+            return
+        self._publishing = True
+        try:
+            for observer in list(self._observers):
+                try:
+                    observer(self, event)
+                except Exception:
+                    log.exception("session %s: observer failed on %s", self.id, event.type)
+        finally:
+            self._publishing = False
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) if not isinstance(exc, KeyError) else f"missing data key {exc}"
+
+
+def _make_header(id: str, header: Mapping[str, Any] | None) -> dict[str, Any]:
+    if header is None:
+        return {"version": SESSION_FORMAT_VERSION, "id": id, "createdAt": _clock.now_ms()}
+    out: dict[str, Any] = {
+        "version": header.get("version", SESSION_FORMAT_VERSION),
+        "id": header.get("id", id),
+        "createdAt": header["createdAt"] if "createdAt" in header else _clock.now_ms(),
+    }
+    for key in ("cwd", "parentSession", "seedLength"):
+        if header.get(key) is not None:
+            out[key] = header[key]
+    return out
+
+
+def _seed_event(item: Event | Mapping[str, Any], index: int) -> Event:
+    if isinstance(item, Event):
+        fields = item.to_json()
+        surface_first = item.surface_first
+    elif isinstance(item, Mapping):
+        fields = dict(item)
+        surface_first = False
+        extra = fields.keys() - _ENVELOPE_KEYS
+        if extra:
+            raise InvalidEventError(f"unexpected envelope key(s) {', '.join(sorted(extra))}")
+    else:
+        raise InvalidEventError("seed event is not an object")
+    for key in ("type", "seq", "time", "data"):
+        if key not in fields:
+            raise InvalidEventError(f"missing envelope key {key!r}")
+    type_, seq, time = fields["type"], fields["seq"], fields["time"]
+    if not isinstance(type_, str) or not type_:
+        raise InvalidEventError("type must be a non-empty string")
+    if type(seq) is not int or seq != index:
+        raise InvalidEventError(f"seq {_json.dumps(seq) if _json.is_lossless(seq) else seq!r} does not match its index {index}")
+    if type(time) is not int or time < 0:
+        raise InvalidEventError("time must be a non-negative integer")
+    try:
+        data = _json.snapshot(fields["data"])[0]
+        op = fields.get("surfaceOp")
+        op = None if op is None else _json.snapshot(op)[0]
+        seqs = fields.get("sourceEventSeqs")
+        seqs = None if seqs is None else _json.snapshot(seqs)[0]
+    except _json.NotLosslessJSON:
+        raise TypeError(f'session event "{type_}" carries non-JSON-serializable data') from None
+    check_vocabulary(type_, data)
+    return Event(type_, seq, time, data, seqs, op, surface_first)

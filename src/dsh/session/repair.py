@@ -1,0 +1,98 @@
+"""Crash repair and tool pairing over a raw log.
+
+Owns :func:`interrupted_turn_closers`, which closes a turn left open by a crash with the
+reference's exact synthetic events (contracts §1.8), and :func:`tool_pairing_depths`, the
+tool-call/tool-result balance that compaction uses to never split a pair (§1.9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dsh.session.event import Event
+
+INTERRUPTED_TOOL_TEXT = "Tool call interrupted by a crash; no result was recorded."
+
+
+def interrupted_turn_closers(events: Sequence[Event]) -> list[Event]:
+    """The events that close a turn left open at the end of ``events`` (empty when balanced).
+
+    They reuse the time of the last event and continue its seqs. The synthetic ``tool/result``
+    writes ``surfaceOp`` before ``sourceEventSeqs``, as the reference's closer does.
+    """
+    open_turn: int | None = None
+    open_step: int | None = None
+    pending: dict[str, dict[str, Any]] = {}  # callId -> {"step", "call_seq"}; insertion ordered
+    for event in events:
+        kind = event.type
+        data = event.data
+        if kind == "turn/start":
+            open_turn, open_step = data.get("turn"), None
+            pending.clear()
+        elif kind == "turn/end":
+            open_turn, open_step = None, None
+            pending.clear()
+        elif kind == "step/start":
+            open_step = data.get("step")
+        elif kind == "step/end":
+            open_step = None
+            pending.clear()
+        elif kind == "assistant/message":
+            for block in data.get("content") or ():
+                if type(block) is dict and block.get("type") == "tool-call":
+                    pending[block.get("id")] = {"step": data.get("step"), "call_seq": None}
+        elif kind == "tool/call":
+            call = pending.get(data.get("callId"))
+            if call is not None:
+                call["call_seq"] = event.seq
+        elif kind == "tool/result":
+            pending.pop(data.get("callId"), None)
+    if open_turn is None or not events:
+        return []
+    time = events[-1].time
+    seq = events[-1].seq + 1
+    closers: list[Event] = []
+    for call_id, call in pending.items():
+        data = {
+            "turn": open_turn,
+            "step": call["step"],
+            "callId": call_id,
+            "content": [{"type": "text", "text": INTERRUPTED_TOOL_TEXT}],
+            "isError": True,
+            "error": {"name": "InterruptedError", "code": "interrupted"},
+        }
+        provenance = [call["call_seq"]] if call["call_seq"] is not None else None
+        closers.append(Event("tool/result", seq, time, data, provenance, "append", True))
+        seq += 1
+    if open_step is not None:
+        closers.append(Event("step/end", seq, time, {"turn": open_turn, "step": open_step}))
+        seq += 1
+    closers.append(Event("turn/end", seq, time, {"turn": open_turn, "reason": {"kind": "interrupted"}}))
+    return closers
+
+
+class ToolPairingError(ValueError):
+    """A surface whose tool results outnumber their calls."""
+
+
+def tool_pairing_depths(events: Sequence[Event], surface: Sequence[int]) -> list[int]:
+    """Depth before each surface node: +1 per tool-call block, -1 per tool result.
+
+    A cut before node ``i`` is balanced when ``depths[i] == 0``. ``depths`` has one more entry
+    than ``surface`` (the depth after the last node).
+    """
+    depth = 0
+    depths = [0]
+    for seq in surface:
+        event = events[seq]
+        if event.type == "assistant/message":
+            depth += sum(
+                1 for b in event.data.get("content") or () if type(b) is dict and b.get("type") == "tool-call"
+            )
+        elif event.type == "tool/result":
+            depth -= 1
+            if depth < 0:
+                raise ToolPairingError(f"tool/result at seq {seq} has no preceding tool call on the surface")
+        depths.append(depth)
+    return depths
