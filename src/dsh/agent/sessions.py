@@ -1,0 +1,100 @@
+"""The live-session service (``ctx.sessions``): sessions published on the bus.
+
+Owns the in-memory table of live sessions and the store-level bus events that persistence and
+UIs listen to: ``session/created`` (emit, once), ``session/event`` (emit, after each commit),
+``session/flush`` (an awaited parallel checkpoint) and ``session/disposed`` (awaited parallel, so
+a final drain completes before the session is forgotten). It does no I/O itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dsh import _clock
+from dsh.runtime import Context
+from dsh.session import Event, ForkError, Session, fork_session
+
+name = "sessions"
+
+
+class SessionService:
+    """Creates, adopts, flushes and disposes live sessions."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._live: dict[str, Session] = {}
+        self._unsubscribe: dict[str, Any] = {}
+        self._ids = itertools.count(1)
+
+    def create(
+        self,
+        session_id: str | None = None,
+        *,
+        cwd: str | None = None,
+        seed: Iterable[Event | Mapping[str, Any]] = (),
+        parent_session: str | None = None,
+    ) -> Session:
+        """A new live session (nothing is written until the first flush)."""
+        if session_id is None:
+            session_id = f"session-{next(self._ids)}"
+            while session_id in self._live:
+                session_id = f"session-{next(self._ids)}"
+        if session_id in self._live:
+            raise ForkError(f'session "{session_id}" already exists', "SESSION_ALREADY_EXISTS")
+        header: dict[str, Any] = {"version": 0, "id": session_id, "createdAt": _clock.now_ms()}
+        if cwd is not None:
+            header["cwd"] = cwd
+        seed = list(seed)
+        if parent_session is not None:
+            header["parentSession"] = parent_session
+            header["seedLength"] = len(seed)
+        return self.adopt(Session(session_id, seed, header=header))
+
+    def adopt(self, session: Session) -> Session:
+        """Publish an existing session object (a resumed or forked one) on the bus."""
+        if session.id in self._live:
+            raise ForkError(f'session "{session.id}" already exists', "SESSION_ALREADY_EXISTS")
+        self._live[session.id] = session
+        emit = self._ctx.emit
+        self._unsubscribe[session.id] = session.subscribe(
+            lambda s, event: emit("session/event", s, event)
+        )
+        emit("session/created", session)
+        return session
+
+    def get(self, session_id: str) -> Session | None:
+        return self._live.get(session_id)
+
+    def list(self) -> list[Session]:
+        return list(self._live.values())
+
+    def fork(self, source_id: str, boundary: int | None = None, child_id: str | None = None) -> Session:
+        """Seed a child from a live session's events up to a ``turn/end`` (contracts §1.7)."""
+        source = self._live.get(source_id)
+        if source is None:
+            raise ForkError(f'session "{source_id}" not found', "SESSION_NOT_FOUND")
+        if child_id is not None and child_id in self._live:
+            raise ForkError(f'session "{child_id}" already exists', "SESSION_ALREADY_EXISTS")
+        return self.adopt(fork_session(source, boundary, child_id))
+
+    async def flush(self, session: Session) -> None:
+        """The durability checkpoint: every ``session/flush`` listener runs and is awaited."""
+        await self._ctx.parallel("session/flush", session)
+
+    async def dispose(self, session: Session) -> None:
+        """Final drain, then forget the session."""
+        if self._live.get(session.id) is not session:
+            return
+        try:
+            await self._ctx.parallel("session/disposed", session)
+        finally:
+            self._live.pop(session.id, None)
+            unsubscribe = self._unsubscribe.pop(session.id, None)
+            if unsubscribe is not None:
+                unsubscribe()
+
+
+def apply(ctx: Context, config: object = None) -> None:
+    ctx.provide("sessions", SessionService(ctx))

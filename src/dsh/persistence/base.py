@@ -1,0 +1,134 @@
+"""The session-store contract shared by the JSONL, SQLite and PostgreSQL backends.
+
+Owns :class:`SessionStore` (what a backend must do), the records it returns, and the errors a
+user can meet, with the reference's texts. Behaviour: contracts §2.1–§2.4.
+
+Writing is single-owner: ``create`` and ``load`` take the session's writer lock (a lock that
+dies with its process), ``read`` and ``list`` take none and never repair, so read-only commands
+work while another process writes.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsh.session import Event
+
+
+class StoreError(Exception):
+    """Base of every store error; its text is one line meant for a person."""
+
+
+class SessionNotFound(StoreError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f'session "{session_id}" not found')
+        self.session_id = session_id
+
+
+class SessionExists(StoreError):
+    """``create`` of an id that is tracked or already persisted."""
+
+
+class SessionLocked(StoreError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f'session "{session_id}" is open in another process')
+        self.session_id = session_id
+
+
+class CorruptSessionLog(StoreError):
+    """A committed region that cannot be trusted. Messages start with ``corrupt session log``."""
+
+
+class AppendSeqMismatch(StoreError):
+    """``append`` whose first seq is not the stored next seq (a racing or confused writer)."""
+
+
+class UnsupportedVersion(StoreError):
+    pass
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A loaded session: its header mapping (``version, id, createdAt, cwd?, ...``) and events."""
+
+    header: dict[str, Any]
+    events: list[Event]
+    repaired: int = 0
+    """How many crash-repair closers ``load`` appended."""
+    truncated_bytes: int = 0
+    """How many torn bytes ``load`` cut from the tail."""
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What ``list`` returns: the header and cheap facts, never the events."""
+
+    header: dict[str, Any]
+    location: str | None = None
+    modified_ms: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return str(self.header["id"])
+
+    @property
+    def created_at(self) -> int:
+        return int(self.header["createdAt"])
+
+
+class SessionStore(abc.ABC):
+    """A durable home for session logs. One writer per session, any number of readers."""
+
+    kind: str = "abstract"
+
+    def locate(self, header: dict[str, Any]) -> str | None:  # noqa: B027 - optional
+        """Where the session's artifact lives (no I/O); ``None`` when not file-shaped."""
+        return None
+
+    @abc.abstractmethod
+    async def create(self, header: dict[str, Any]) -> None:
+        """Register a new session lazily (nothing written) and take its writer lock.
+
+        Raises :class:`SessionExists` (``session "<id>" already exists in this backend`` /
+        ``session "<id>" already has a persisted log on disk; load/resume it instead of
+        creating``) or :class:`SessionLocked`.
+        """
+
+    @abc.abstractmethod
+    async def append(self, session_id: str, events: Sequence[Event]) -> None:
+        """Durably append contiguous events; the first seq must equal the stored next seq."""
+
+    @abc.abstractmethod
+    async def load(self, session_id: str) -> StoredSession:
+        """Take the writer lock, validate, truncate a torn tail, append crash closers durably."""
+
+    @abc.abstractmethod
+    async def read(self, session_id: str) -> StoredSession:
+        """Read-only view of the committed log: no lock, no repair, no writes."""
+
+    @abc.abstractmethod
+    async def list(self, *, limit: int | None = None, offset: int = 0) -> list[SessionInfo]:
+        """Headers of persisted sessions (zero-event sessions absent), newest first."""
+
+    @abc.abstractmethod
+    async def remove(self, session_id: str) -> None:
+        """Delete a persisted session (fails with :class:`SessionLocked` while it is open)."""
+
+    @abc.abstractmethod
+    def stored_count(self, session_id: str) -> int | None:
+        """Events already durable for a session this store tracks, ``None`` if untracked."""
+
+    @abc.abstractmethod
+    async def release(self, session_id: str) -> None:
+        """Stop tracking a session and drop its writer lock."""
+
+    async def close(self) -> None:  # noqa: B027 - optional
+        """Release every lock and connection."""
+
+    def follow(self, session_id: str, after_seq: int) -> AsyncIterator[Event] | None:
+        """Events appended after ``after_seq`` by any process, live; ``None`` if unsupported."""
+        return None

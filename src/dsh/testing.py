@@ -1,0 +1,126 @@
+"""Test helpers: mount an in-memory agent spine, and script a model.
+
+:func:`mount_agent_loop` mounts exactly what an agent loop needs to run in memory (sessions, LLM
+service, tools, system prompt, agent registry, agent loop) and nothing else: no persistence, no
+time-context, no compaction, no adapters. :class:`ScriptedAdapter` answers each request with the
+next scripted reply and records every request it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsh.agent import agent as agent_plugin
+from dsh.agent import loop as loop_plugin
+from dsh.agent import sessions as sessions_plugin
+from dsh.agent import system_prompt as system_prompt_plugin
+from dsh.llm import service as llm_plugin
+from dsh.llm.types import LlmRequest
+from dsh.runtime import Context, Fiber
+from dsh.tools import registry as tools_plugin
+
+
+async def mount_agent_loop(ctx: Context, *, loop_config: Mapping[str, Any] | None = None) -> list[Fiber]:
+    """Mount the in-memory agent spine on ``ctx``; returns the fibers in mount order."""
+    fibers = []
+    for plugin in (sessions_plugin, llm_plugin, tools_plugin, system_prompt_plugin, agent_plugin):
+        fibers.append(await ctx.plugin(plugin))
+    fibers.append(await ctx.plugin(loop_plugin, dict(loop_config or {})))
+    return fibers
+
+
+@dataclass
+class Reply:
+    """One scripted model reply: text (streamed in ``deltas`` pieces), tool calls, finish."""
+
+    text: str = ""
+    tool_calls: Sequence[tuple[str, str, Mapping[str, Any] | str]] = ()
+    reasoning: str = ""
+    finish: Mapping[str, Any] | None = None
+    usage: Mapping[str, Any] | None = field(default_factory=lambda: {"inputTokens": 10, "outputTokens": 5})
+    deltas: int = 1
+    delay: float = 0.0
+    error: BaseException | None = None
+
+
+ReplyFactory = Callable[[LlmRequest], Reply]
+
+
+class ScriptedAdapter:
+    """An adapter that streams scripted replies in order and records each request."""
+
+    def __init__(self, replies: Sequence[Reply | ReplyFactory | str] = (), *, default: Reply | str | None = None):
+        self._replies: list[Reply | ReplyFactory | str] = list(replies)
+        self._default = default
+        self.requests: list[LlmRequest] = []
+
+    def add(self, *replies: Reply | ReplyFactory | str) -> None:
+        self._replies.extend(replies)
+
+    def _next(self, request: LlmRequest) -> Reply:
+        if self._replies:
+            item = self._replies.pop(0)
+        elif self._default is not None:
+            item = self._default
+        else:
+            raise AssertionError("ScriptedAdapter ran out of replies")
+        if isinstance(item, str):
+            return Reply(text=item)
+        if isinstance(item, Reply):
+            return item
+        return item(request)
+
+    async def stream(self, request: LlmRequest) -> AsyncIterator[dict[str, Any]]:
+        snapshot = LlmRequest(
+            model=request.model,
+            messages=[json.loads(json.dumps(m)) for m in request.messages],
+            system=request.system,
+            tools=list(request.tools),
+            temperature=request.temperature,
+            max_tokens=request.max_tokens,
+            stop=request.stop,
+            session_id=request.session_id,
+            signal=request.signal,
+        )
+        self.requests.append(snapshot)
+        reply = self._next(request)
+        if reply.error is not None:
+            raise reply.error
+        index = 0
+        if reply.reasoning:
+            yield {"type": "block-start", "index": index, "blockType": "reasoning"}
+            yield {"type": "reasoning-delta", "index": index, "text": reply.reasoning}
+            yield {"type": "block-end", "index": index, "block": {"type": "reasoning", "text": reply.reasoning}}
+            index += 1
+        if reply.text:
+            yield {"type": "block-start", "index": index, "blockType": "text"}
+            for piece in _split(reply.text, reply.deltas):
+                if reply.delay:
+                    await asyncio.sleep(reply.delay)
+                yield {"type": "text-delta", "index": index, "text": piece}
+            yield {"type": "block-end", "index": index, "block": {"type": "text", "text": reply.text}}
+            index += 1
+        for call_id, name, args in reply.tool_calls:
+            raw = args if isinstance(args, str) else json.dumps(args, separators=(",", ":"))
+            yield {"type": "block-start", "index": index, "blockType": "tool-call"}
+            yield {"type": "tool-call-delta", "index": index, "id": call_id, "name": name, "argumentsDelta": raw}
+            yield {
+                "type": "block-end",
+                "index": index,
+                "block": {"type": "tool-call", "id": call_id, "name": name, "arguments": raw},
+            }
+            index += 1
+        if reply.usage is not None:
+            yield {"type": "usage", "usage": dict(reply.usage)}
+        finish = reply.finish or {"kind": "tool-calls" if reply.tool_calls else "stop"}
+        yield {"type": "finish", "reason": dict(finish)}
+
+
+def _split(text: str, pieces: int) -> list[str]:
+    pieces = max(1, min(pieces, len(text)))
+    size = -(-len(text) // pieces)
+    return [text[i : i + size] for i in range(0, len(text), size)]
