@@ -1,0 +1,42 @@
+"""dsh.llm: the LLM seam (harness-contracts §5).
+
+- :mod:`dsh.llm.types`: blocks, messages, stream chunks, usage, finish reasons, ``LlmRequest``,
+  ``LlmError``;
+- :mod:`dsh.llm.assembler`: :class:`ChunkAssembler`, chunks → content blocks;
+- :mod:`dsh.llm.service`: the ``llm`` plugin providing ``ctx.llm`` (:class:`LlmService`);
+- :mod:`dsh.llm.echo`: the keyless ``mock-echo`` model (plugin ``echo-llm``);
+- :mod:`dsh.llm.openai_compat`: DeepSeek / OpenAI-compatible endpoints (plugin ``openai-llm``),
+  not imported here so that importing :mod:`dsh.llm` stays cheap.
+"""
+
+from dsh.llm.assembler import ChunkAssembler
+from dsh.llm.service import LlmService
+from dsh.llm.types import (
+    AbortSignalLike,
+    Adapter,
+    BlockType,
+    ContentBlock,
+    FinishReason,
+    LlmError,
+    LlmRequest,
+    Message,
+    StreamChunk,
+    TokenUsage,
+    ToolSchema,
+)
+
+__all__ = [
+    "AbortSignalLike",
+    "Adapter",
+    "BlockType",
+    "ChunkAssembler",
+    "ContentBlock",
+    "FinishReason",
+    "LlmError",
+    "LlmRequest",
+    "LlmService",
+    "Message",
+    "StreamChunk",
+    "TokenUsage",
+    "ToolSchema",
+]

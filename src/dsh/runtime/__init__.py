@@ -1,0 +1,43 @@
+"""dsh.runtime: the plugin host, event bus, cancellation primitives and config loader.
+
+``context`` owns the bus, services and plugin fibers; ``abort`` the cancellation objects;
+``config`` plugin-config validation; ``loader`` the YAML plugin list. This module re-exports
+their public names.
+"""
+
+from dsh.runtime.abort import AbortController, AbortError, AbortSignal
+from dsh.runtime.config import ConfigError, validate_config
+from dsh.runtime.context import Context, Fiber, FiberState
+from dsh.runtime.loader import (
+    LoadedPlugin,
+    LoadError,
+    PendingEntry,
+    PluginEntry,
+    format_pending,
+    load_config_file,
+    load_plugins,
+    parse_config,
+    pending_entries,
+    resolve_plugin,
+)
+
+__all__ = [
+    "AbortController",
+    "AbortError",
+    "AbortSignal",
+    "ConfigError",
+    "Context",
+    "Fiber",
+    "FiberState",
+    "LoadError",
+    "LoadedPlugin",
+    "PendingEntry",
+    "PluginEntry",
+    "format_pending",
+    "load_config_file",
+    "load_plugins",
+    "parse_config",
+    "pending_entries",
+    "resolve_plugin",
+    "validate_config",
+]

@@ -1,0 +1,155 @@
+"""The tool registry service (``ctx.tools``) and the ``tools`` plugin that provides it.
+
+This module owns registration, the model-facing schema list, and the execute pipeline the agent
+loop calls for every tool call. The pipeline never raises into the loop: an unknown tool, a
+raising body or a malformed return value all become an ``Error: ...`` result with
+``is_error=True``. Only cancellation (``asyncio.CancelledError``) and process-level exits pass
+through, since swallowing them would make a cancelled turn hang or an interrupt ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from dsh.runtime.abort import AbortController, AbortSignal
+from dsh.runtime.context import Context
+from dsh.tools.types import ContentBlock, Tool, ToolCall, ToolResult
+
+__all__ = ["Config", "ToolRegistry", "apply", "inject", "name"]
+
+_log = logging.getLogger("dsh.tools")
+
+name = "tools"
+inject: list[str] = []
+
+
+class Config(msgspec.Struct, rename="camel"):
+    """``toolOrder``: tool names listed first, in this order; the rest follow sorted by name."""
+
+    tool_order: list[str] | None = None
+
+
+class ToolRegistry:
+    """Registered tools by name, their schemas, and the execute pipeline."""
+
+    def __init__(self, *, tool_order: Sequence[str] | None = None) -> None:
+        self._tools: dict[str, Tool] = {}
+        self.tool_order: list[str] | None = list(tool_order) if tool_order is not None else None
+
+    def register(self, tool: Tool) -> Callable[[], None]:
+        """Add ``tool``; returns a function that removes it. A duplicate name raises."""
+        if not isinstance(tool, Tool):
+            raise TypeError("register() expects a Tool (see dsh.tools.define_tool)")
+        if tool.name in self._tools:
+            raise ValueError(f'tool "{tool.name}" is already registered')
+        self._tools[tool.name] = tool
+
+        def unregister() -> None:
+            # Only remove our own registration, never a later tool that reused the name.
+            if self._tools.get(tool.name) is tool:
+                del self._tools[tool.name]
+
+        return unregister
+
+    def get(self, tool_name: str) -> Tool | None:
+        return self._tools.get(tool_name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def __contains__(self, tool_name: object) -> bool:
+        return tool_name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def schemas(self, tool_order: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """``[{"name", "description", "parameters"}]`` sorted by name, unless a tool order (the
+        argument, else the configured ``toolOrder``) lists some first."""
+        order = self.tool_order if tool_order is None else tool_order
+        names = sorted(self._tools)
+        if order:
+            first = [n for n in dict.fromkeys(order) if n in self._tools]
+            listed = set(first)
+            names = first + [n for n in names if n not in listed]
+        return [self._tools[n].schema() for n in names]
+
+    async def execute(
+        self,
+        *,
+        call_id: str,
+        name: str,
+        arguments: Any,
+        agent: Any = None,
+        signal: AbortSignal | None = None,
+    ) -> ToolResult:
+        """Run tool ``name`` with ``arguments`` (parsed JSON, or the raw string when the model's
+        JSON did not parse). Always returns a :class:`ToolResult`."""
+        tool = self._tools.get(name)
+        if tool is None:
+            return ToolResult(
+                content=[_text(f'Error: unknown tool "{name}"')],
+                is_error=True,
+                error={"name": "ToolNotFoundError", "code": "UNKNOWN_TOOL"},
+            )
+        call = ToolCall(
+            call_id=call_id,
+            name=name,
+            agent=agent,
+            signal=signal if signal is not None else AbortController().signal,
+            arguments=arguments,
+        )
+        try:
+            output = tool.execute(arguments, call)
+            if inspect.isawaitable(output):
+                output = await output
+            return _normalize(name, output)
+        except Exception as exc:
+            # Exception, not BaseException: CancelledError/KeyboardInterrupt must propagate.
+            _log.debug("tool %s failed", name, exc_info=True)
+            return _error_result(exc)
+
+
+def _text(text: str) -> ContentBlock:
+    return {"type": "text", "text": text}
+
+
+def _error_result(exc: BaseException) -> ToolResult:
+    message = str(exc) or type(exc).__name__
+    code = getattr(exc, "code", None)
+    # error {name, code} marks harness-coded errors only (ones that carry a string code).
+    error = {"name": type(exc).__name__, "code": code} if isinstance(code, str) else None
+    return ToolResult(content=[_text(f"Error: {message}")], is_error=True, error=error)
+
+
+def _blocks(tool_name: str, value: object) -> list[ContentBlock]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(b, Mapping) for b in value):
+        raise TypeError(
+            f'tool "{tool_name}" returned {type(value).__name__}; '
+            "expected a list of content blocks or a ToolResult"
+        )
+    return [dict(b) for b in value]
+
+
+def _normalize(tool_name: str, output: object) -> ToolResult:
+    if isinstance(output, ToolResult):
+        content = _blocks(tool_name, output.content)
+        if isinstance(output.content, list) and all(type(b) is dict for b in output.content):
+            return output  # already in canonical form: keep the tool's own object
+        return dataclasses.replace(output, content=content)
+    if output is None:
+        return ToolResult(content=[])
+    if isinstance(output, str):
+        return ToolResult(content=[_text(output)])
+    return ToolResult(content=_blocks(tool_name, output))
+
+
+def apply(ctx: Context, config: Config) -> None:
+    """Provide ``ctx.tools``."""
+    ctx.provide("tools", ToolRegistry(tool_order=config.tool_order))

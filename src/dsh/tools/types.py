@@ -1,0 +1,108 @@
+"""Tool shapes: ``Tool``, ``ToolCall``, ``ToolResult``, ``ToolError`` and ``define_tool``.
+
+This module owns the data a tool is declared with and the objects that cross the tool-execution
+boundary. Model-visible spellings (``name``, ``description``, ``parameters`` as a JSON Schema
+object) follow the reference; the Python side uses snake_case attributes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from dsh.runtime.abort import AbortSignal
+
+__all__ = [
+    "ContentBlock",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "ToolExecute",
+    "ToolResult",
+    "define_tool",
+]
+
+ContentBlock: TypeAlias = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """What a tool's ``execute(args, call)`` learns about the call it is serving."""
+
+    call_id: str
+    name: str
+    agent: Any
+    signal: AbortSignal
+    # The arguments as given to the registry (parsed JSON, or the raw string if it did not parse).
+    arguments: Any = None
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The outcome of one tool call, as the agent loop logs it in ``tool/result``."""
+
+    content: list[ContentBlock]
+    is_error: bool = False
+    # ``{"name": ..., "code": ...}`` for harness-coded errors only.
+    error: dict[str, str] | None = None
+    meta: dict[str, Any] | None = None
+    # Extra context the loop injects (as ``context/message``) after all tool results of a step.
+    additional_contexts: list[Any] | None = None
+
+
+ToolOutput: TypeAlias = "list[ContentBlock] | ToolResult | str | None"
+ToolExecute: TypeAlias = Callable[[Any, ToolCall], "Awaitable[ToolOutput] | ToolOutput"]
+
+
+class ToolError(Exception):
+    """An error a tool raises on purpose. With ``code`` set, the result carries
+    ``error: {"name": <class name>, "code": code}`` besides the ``Error: <message>`` text."""
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool declaration plus its implementation."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    execute: ToolExecute = field(repr=False)
+
+    def schema(self) -> dict[str, Any]:
+        """The model-facing declaration ``{name, description, parameters}`` (a fresh copy, so
+        a caller mutating a request cannot corrupt the registered tool)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": copy.deepcopy(self.parameters),
+        }
+
+
+def define_tool(
+    *,
+    name: str,
+    description: str,
+    parameters: Mapping[str, Any] | None = None,
+    execute: ToolExecute,
+) -> Tool:
+    """Declare a tool. ``parameters`` defaults to an empty object schema
+    ``{"type": "object", "properties": {}}``; ``execute(args, call)`` may be plain or async and
+    returns a list of content blocks or a :class:`ToolResult`."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("define_tool: name must be a non-empty string")
+    if not isinstance(description, str):
+        raise TypeError("define_tool: description must be a string")
+    if not callable(execute):
+        raise TypeError("define_tool: execute must be callable")
+    params: dict[str, Any] = (
+        {"type": "object", "properties": {}}
+        if parameters is None
+        else copy.deepcopy(dict(parameters))
+    )
+    return Tool(name=name, description=description, parameters=params, execute=execute)

@@ -1,0 +1,224 @@
+"""Tool declarations, the ``ctx.tools`` registry and its never-raising execute pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import dsh.tools.registry as tools_plugin
+from dsh.runtime import AbortController, ConfigError, Context
+from dsh.tools import ToolCall, ToolError, ToolRegistry, ToolResult, define_tool
+
+
+def text_tool(name: str, reply: str = "ok") -> Any:
+    return define_tool(
+        name=name,
+        description=f"{name} tool",
+        execute=lambda args, call: [{"type": "text", "text": reply}],
+    )
+
+
+async def mounted() -> Context:
+    ctx = Context()
+    await ctx.plugin(tools_plugin)
+    return ctx
+
+
+def test_define_tool_defaults_to_empty_object_schema() -> None:
+    a = text_tool("a")
+    b = text_tool("b")
+    assert a.parameters == {"type": "object", "properties": {}}
+    assert a.parameters is not b.parameters
+    assert a.schema() == {
+        "name": "a",
+        "description": "a tool",
+        "parameters": {"type": "object", "properties": {}},
+    }
+    with pytest.raises(ValueError):
+        define_tool(name="", description="", execute=lambda a, c: [])
+
+
+async def test_plugin_provides_tools_service_and_dispose_removes_it() -> None:
+    ctx = Context()
+    fiber = await ctx.plugin(tools_plugin)
+    assert isinstance(ctx.tools, ToolRegistry)
+    await fiber.dispose()
+    assert not ctx.has("tools")
+
+
+async def test_register_duplicate_and_unregister() -> None:
+    ctx = await mounted()
+    tool = text_tool("t")
+    unregister = ctx.tools.register(tool)
+    with pytest.raises(ValueError, match='tool "t" is already registered'):
+        ctx.tools.register(text_tool("t"))
+    assert "t" in ctx.tools and len(ctx.tools) == 1
+    unregister()
+    assert "t" not in ctx.tools
+    again = ctx.tools.register(text_tool("t"))
+    unregister()  # stale remover must not remove the newer registration
+    assert "t" in ctx.tools
+    again()
+    assert ctx.tools.names() == []
+
+
+@given(st.lists(st.text(min_size=1, max_size=8), unique=True, max_size=10))
+def test_schemas_sorted_by_name(names: list[str]) -> None:
+    reg = ToolRegistry()
+    for n in names:
+        reg.register(text_tool(n))
+    assert [s["name"] for s in reg.schemas()] == sorted(names)
+
+
+async def test_tool_order_from_config_and_argument() -> None:
+    ctx = Context()
+    await ctx.plugin(tools_plugin, {"toolOrder": ["zeta", "missing", "alpha"]})
+    for n in ("alpha", "beta", "zeta", "gamma"):
+        ctx.tools.register(text_tool(n))
+    assert [s["name"] for s in ctx.tools.schemas()] == ["zeta", "alpha", "beta", "gamma"]
+    assert [s["name"] for s in ctx.tools.schemas(["gamma"])] == ["gamma", "alpha", "beta", "zeta"]
+    with pytest.raises(ConfigError, match=r"^\$\.toolOrder: expected array \| null, got str$"):
+        await Context().plugin(tools_plugin, {"toolOrder": "zeta"})
+
+
+async def test_schemas_are_copies() -> None:
+    reg = ToolRegistry()
+    reg.register(
+        define_tool(
+            name="p",
+            description="d",
+            parameters={"type": "object", "properties": {"x": {"type": "string"}}},
+            execute=lambda a, c: [],
+        )
+    )
+    reg.schemas()[0]["parameters"]["properties"].clear()
+    assert reg.schemas()[0]["parameters"]["properties"] == {"x": {"type": "string"}}
+
+
+async def test_unknown_tool() -> None:
+    ctx = await mounted()
+    result = await ctx.tools.execute(call_id="c1", name="nope", arguments={})
+    assert result == ToolResult(
+        content=[{"type": "text", "text": 'Error: unknown tool "nope"'}],
+        is_error=True,
+        error={"name": "ToolNotFoundError", "code": "UNKNOWN_TOOL"},
+    )
+
+
+async def test_call_object_and_async_execute() -> None:
+    ctx = await mounted()
+    seen: list[tuple[Any, ToolCall]] = []
+
+    async def execute(args: Any, call: ToolCall) -> list[dict[str, Any]]:
+        await asyncio.sleep(0)
+        seen.append((args, call))
+        return [{"type": "text", "text": "done"}]
+
+    ctx.tools.register(define_tool(name="t", description="d", execute=execute))
+    agent = object()
+    controller = AbortController()
+    result = await ctx.tools.execute(
+        call_id="call-7", name="t", arguments={"a": 1}, agent=agent, signal=controller.signal
+    )
+    assert result == ToolResult(content=[{"type": "text", "text": "done"}])
+    args, call = seen[0]
+    assert args == {"a": 1}
+    assert (call.call_id, call.name, call.agent, call.signal) == (
+        "call-7",
+        "t",
+        agent,
+        controller.signal,
+    )
+    # Without a signal the tool still gets a (never-aborted) one.
+    await ctx.tools.execute(call_id="c", name="t", arguments="raw {json")
+    assert seen[1][0] == "raw {json" and seen[1][1].signal.aborted is False
+
+
+async def test_raising_body_becomes_error_result() -> None:
+    ctx = await mounted()
+
+    def plain(args: Any, call: ToolCall) -> Any:
+        raise ValueError("disk on fire")
+
+    class CodedError(Exception):
+        code = "E_FIRE"
+
+    async def coded(args: Any, call: ToolCall) -> Any:
+        raise CodedError("coded failure")
+
+    def empty(args: Any, call: ToolCall) -> Any:
+        raise RuntimeError()
+
+    for name, fn in (("plain", plain), ("coded", coded), ("empty", empty)):
+        ctx.tools.register(define_tool(name=name, description="", execute=fn))
+    r = await ctx.tools.execute(call_id="1", name="plain", arguments={})
+    assert r == ToolResult(content=[{"type": "text", "text": "Error: disk on fire"}], is_error=True)
+    r = await ctx.tools.execute(call_id="2", name="coded", arguments={})
+    assert r.content == [{"type": "text", "text": "Error: coded failure"}]
+    assert r.is_error and r.error == {"name": "CodedError", "code": "E_FIRE"}
+    r = await ctx.tools.execute(call_id="3", name="empty", arguments={})
+    assert r.content == [{"type": "text", "text": "Error: RuntimeError"}] and r.error is None
+
+
+async def test_tool_error_with_code() -> None:
+    reg = ToolRegistry()
+
+    def denied(args: Any, call: ToolCall) -> Any:
+        raise ToolError("denied by policy", code="DENIED")
+
+    reg.register(define_tool(name="d", description="", execute=denied))
+    r = await reg.execute(call_id="1", name="d", arguments={})
+    assert r.content == [{"type": "text", "text": "Error: denied by policy"}]
+    assert r.error == {"name": "ToolError", "code": "DENIED"}
+
+
+async def test_cancellation_propagates() -> None:
+    reg = ToolRegistry()
+    started = asyncio.Event()
+
+    async def hang(args: Any, call: ToolCall) -> Any:
+        started.set()
+        await asyncio.sleep(3600)
+
+    reg.register(define_tool(name="hang", description="", execute=hang))
+    task = asyncio.create_task(reg.execute(call_id="1", name="hang", arguments={}))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_result_shapes_are_normalized() -> None:
+    reg = ToolRegistry()
+    full = ToolResult(
+        content=[{"type": "text", "text": "x"}],
+        is_error=False,
+        meta={"bytes": 1},
+        additional_contexts=[{"text": "ctx"}],
+    )
+    outputs: dict[str, Any] = {
+        "full": full,
+        "none": None,
+        "str": "plain",
+        "bad": 42,
+        "badlist": ["x"],
+    }
+    for name, value in outputs.items():
+        reg.register(define_tool(name=name, description="", execute=lambda a, c, v=value: v))
+    assert await reg.execute(call_id="1", name="full", arguments={}) is full
+    assert (await reg.execute(call_id="1", name="none", arguments={})).content == []
+    assert (await reg.execute(call_id="1", name="str", arguments={})).content == [
+        {"type": "text", "text": "plain"}
+    ]
+    bad = await reg.execute(call_id="1", name="bad", arguments={})
+    assert bad.is_error and "expected a list of content blocks" in bad.content[0]["text"]
+    assert (await reg.execute(call_id="1", name="badlist", arguments={})).is_error
+
+
+async def test_register_rejects_non_tools() -> None:
+    with pytest.raises(TypeError):
+        ToolRegistry().register({"name": "x"})  # type: ignore[arg-type]
