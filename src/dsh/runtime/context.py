@@ -144,7 +144,9 @@ class _Host:
                 try:
                     await fiber._apply()
                 except Exception:
-                    _log.exception('plugin "%s" failed to apply', fiber.name)
+                    # Kept on ``fiber.error`` and reported by whoever awaits it (the loader
+                    # names the entry); a traceback here would print the failure twice.
+                    _log.debug('plugin "%s" failed to apply', fiber.name, exc_info=True)
 
     async def withdraw(self, name: str, entry: _Service) -> None:
         if self.services.get(name) is not entry:

@@ -99,6 +99,7 @@ class Session:
         self._open_turn: int | None = None
         self._observers: list[Observer] = []
         self._indexes: dict[object, SessionIndex] = {}
+        self._broken_indexes: list[object] = []
         self._publishing = False
         for index, item in enumerate(events):
             try:
@@ -273,8 +274,16 @@ class Session:
                 self._open_turn = turn
         elif kind == "turn/end":
             self._open_turn = None
-        for index in self._indexes.values():
-            index.observe(event)
+        for key, index in self._indexes.items():
+            try:
+                index.observe(event)
+            except Exception:
+                # The event is committed; a faulty index must not stop it being published
+                # (and so persisted). Drop the index: it is rebuilt from the log on next use.
+                log.exception("session %s: index %r failed on seq %s; dropping it", self.id, key, event.seq)
+                self._broken_indexes.append(key)
+        while self._broken_indexes:
+            self._indexes.pop(self._broken_indexes.pop(), None)
 
     def _replace(self, event: Event, start: int, end: int) -> None:
         i, j = self._positions[start], self._positions[end]

@@ -41,7 +41,7 @@ def interrupted_turn_closers(events: Sequence[Event]) -> list[Event]:
         elif kind == "assistant/message":
             for block in data.get("content") or ():
                 if type(block) is dict and block.get("type") == "tool-call":
-                    pending[block.get("id")] = {"step": data.get("step"), "call_seq": None}
+                    pending[str(block.get("id"))] = {"step": data.get("step"), "call_seq": None}
         elif kind == "tool/call":
             call = pending.get(data.get("callId"))
             if call is not None:

@@ -1,0 +1,269 @@
+"""stdio-app: one agent ``main`` on a durable session, talked to over stdin and stdout.
+
+Owns the app plugin (it mounts the agent spine, a session store unless one is already mounted,
+and agent ``main`` on ``main-session-<uuid4>`` with the process cwd) and the two front ends:
+
+- **plain mode** (stdin or stdout not a TTY, ``NO_COLOR`` or ``--plain``): exactly the
+  reference's rendering (contracts §7.2); nothing but the transcript on stdout;
+- **terminal mode**: the same transcript with line editing and history, colour, a "waiting for
+  the model…" indicator until the first token, and each time reading shown as a dim note so the
+  user sees what the model was told. Ctrl-C cancels a running turn; at an idle prompt it exits.
+
+A line typed while the agent runs steers it. ``/compact`` compacts now when compaction is
+mounted. At end of input the app waits until the agent is idle with an empty queue, flushes,
+and returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+
+from dsh.agent import agent as agents_plugin
+from dsh.agent import loop as loop_plugin
+from dsh.agent import sessions as sessions_plugin
+from dsh.agent import system_prompt as system_prompt_plugin
+from dsh.agent.agent import Agent
+from dsh.llm import service as llm_plugin
+from dsh.runtime import Context
+from dsh.session import Event, Session
+from dsh.tools import registry as tools_plugin
+
+name = "stdio-app"
+log = logging.getLogger("dsh.apps.stdio")
+
+DIM, RESET = "\x1b[2m", "\x1b[0m"
+
+
+class Config(msgspec.Struct, rename="camel"):
+    model: str
+    persona: str | None = None
+    welcome: str = "ready."
+    persistence_root: str = "./.sessions"
+    store: str = "jsonl"
+    sqlite_path: str | None = None
+    resume_session_id: str | None = None
+    max_steps_per_turn: int = loop_plugin.DEFAULT_MAX_STEPS
+    tool_order: list[str] | None = None
+    plain: bool | None = None
+    history_file: str | None = None
+
+
+def _tool_result_text(data: dict[str, Any]) -> str:
+    return "".join(b.get("text", "") for b in data.get("content") or () if b.get("type") == "text")
+
+
+class Renderer:
+    """Turns session events into transcript text (contracts §7.2)."""
+
+    def __init__(self, ctx: Context, write: Callable[[str], None], *, colour: bool, prompt: str = "\n> ") -> None:
+        self._ctx = ctx
+        self._write = write
+        self.colour = colour
+        self.prompt = prompt
+        self._in_reasoning = False
+        self.on_first_token: Callable[[], None] | None = None
+        self.on_reading: Callable[[str], None] | None = None
+
+    def label(self, session: Session) -> str:
+        for agent in self._ctx.agents.list():
+            if agent.session is session:
+                return str(agent.id)
+        return session.id
+
+    def __call__(self, session: Session, event: Event) -> None:
+        kind = event.type
+        data = event.data
+        write = self._write
+        if kind == "assistant/chunk":
+            chunk = data.get("chunk") or {}
+            ctype = chunk.get("type")
+            if ctype == "text-delta":
+                self._first_token()
+                if self._in_reasoning:
+                    self._in_reasoning = False
+                    write(RESET + "\n" if self.colour else "\n")
+                write(chunk.get("text", ""))
+            elif ctype == "reasoning-delta":
+                self._first_token()
+                if not self._in_reasoning:
+                    self._in_reasoning = True
+                    if self.colour:
+                        write(DIM)
+                write(chunk.get("text", ""))
+        elif kind == "turn/start":
+            write(f"\n[{self.label(session)} turn {data.get('turn')}] ")
+        elif kind == "tool/call":
+            self._end_reasoning()
+            write(f"\n  [tool call] {data.get('name')}({data.get('arguments')})")
+        elif kind == "tool/result":
+            write(f"\n  [tool result] {_tool_result_text(data)}\n  ")
+        elif kind == "turn/end":
+            self._end_reasoning()
+            self._first_token()
+            write(self.prompt)
+        elif kind == "context/message" and self.on_reading is not None:
+            source = data.get("source") or {}
+            if source.get("plugin") == "time-context":
+                self.on_reading(_tool_result_text(data))
+
+    def _end_reasoning(self) -> None:
+        if self._in_reasoning:
+            self._in_reasoning = False
+            if self.colour:
+                self._write(RESET)
+
+    def _first_token(self) -> None:
+        if self.on_first_token is not None:
+            self.on_first_token()
+
+
+class StdioApp:
+    """The running app: agent ``main`` plus the chosen front end."""
+
+    def __init__(self, ctx: Context, config: Config, agent: Agent) -> None:
+        self.ctx = ctx
+        self.config = config
+        self.agent = agent
+        self.submitted = False
+        self._stop_input: Callable[[], None] | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.agent.session.id
+
+    def submit(self, line: str) -> str | None:
+        """Handle one input line; returns a note to show the user, if any."""
+        text = line.strip()
+        if not text:
+            return None
+        if text == "/compact":
+            compact = self.ctx.get("compact")
+            if compact is None:
+                return "compaction is not mounted (add the compact plugin to your config)"
+            self.submitted = True
+            asyncio.get_running_loop().create_task(self._compact_now(compact))
+            return None
+        content = [{"type": "text", "text": text}]
+        if self.agent.status == "running":
+            self.agent.steer(content)
+        else:
+            self.agent.send(content)
+        self.submitted = True
+        return None
+
+    async def _compact_now(self, compact: Any) -> None:
+        try:
+            await compact.compact_now(self.agent)
+        except Exception as exc:
+            log.warning("compaction failed: %s", exc)
+
+    def stop_input(self) -> None:
+        """End input as if stdin closed (used for Ctrl-C at an idle prompt and SIGTERM)."""
+        if self._stop_input is not None:
+            self._stop_input()
+
+    async def settle(self) -> None:
+        """Wait until the agent is idle with nothing queued, then flush."""
+        agent = self.agent
+        while not agent.disposed and (agent.status == "running" or agent.queued or agent.steering):
+            await agent.when_idle()
+        await self.ctx.sessions.flush(agent.session)
+
+    async def run(self, *, stdin: TextIO | None = None, stdout: TextIO | None = None, plain: bool | None = None) -> None:
+        stdin = stdin or sys.stdin
+        stdout = stdout or sys.stdout
+        if plain is None:
+            plain = self.config.plain
+        if plain is None:
+            plain = bool(os.environ.get("NO_COLOR")) or not (stdin.isatty() and stdout.isatty())
+        if plain:
+            await self._run_plain(stdin, stdout)
+        else:
+            from dsh.apps.terminal import run_terminal
+
+            await run_terminal(self, stdout)
+
+    async def _run_plain(self, stdin: TextIO, stdout: TextIO) -> None:
+        def write(text: str) -> None:
+            stdout.write(text)
+            stdout.flush()
+
+        renderer = Renderer(self.ctx, write, colour=False)
+        remove = self.ctx.on("session/event", renderer)
+        write(f"{self.config.welcome}\n> ")
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[str | None] = asyncio.Queue()
+
+        def reader() -> None:
+            try:
+                for line in stdin:
+                    loop.call_soon_threadsafe(lines.put_nowait, line)
+            except (OSError, ValueError):
+                pass
+            finally:
+                loop.call_soon_threadsafe(lines.put_nowait, None)
+
+        threading.Thread(target=reader, name="dsh-stdin", daemon=True).start()
+        self._stop_input = lambda: lines.put_nowait(None)
+        try:
+            while (line := await lines.get()) is not None:
+                note = self.submit(line)
+                if note:
+                    print(f"dsh: {note}", file=sys.stderr)
+            if self.submitted:
+                await self.settle()
+        finally:
+            remove()
+
+
+async def apply(ctx: Context, config: Config) -> None:
+    # A composition may already mount parts of the spine (or a store): reuse what is there.
+    for plugin, service in _SPINE:
+        if not ctx.has(service):
+            await ctx.plugin(plugin)
+    if not ctx.has("tools"):
+        await ctx.plugin(tools_plugin, {"toolOrder": config.tool_order} if config.tool_order else None)
+    if config.persona:
+        ctx.defer(ctx.system_prompt.add_section("deployment:persona", config.persona, order=0))
+    if not ctx.has("session_store"):
+        await _mount_store(ctx, config)
+    if not ctx.has("agent_loop"):
+        await ctx.plugin(loop_plugin, {"maxStepsPerTurn": config.max_steps_per_turn})
+    loop: loop_plugin.AgentLoop = ctx.agent_loop
+    if config.resume_session_id:
+        agent = await loop.resume("main", config.resume_session_id, model=config.model)
+    else:
+        agent = loop.create("main", model=config.model, cwd=os.getcwd())
+    ctx.provide("stdio_app", StdioApp(ctx, config, agent))
+
+
+_SPINE = (
+    (sessions_plugin, "sessions"),
+    (llm_plugin, "llm"),
+    (system_prompt_plugin, "system_prompt"),
+    (agents_plugin, "agents"),
+)
+
+
+async def _mount_store(ctx: Context, config: Config) -> None:
+    root = Path(config.persistence_root).expanduser().resolve()
+    if config.store == "jsonl":
+        from dsh.persistence import jsonl
+
+        await ctx.plugin(jsonl, {"root": str(root)})
+    elif config.store == "sqlite":
+        from dsh.persistence import sqlite
+
+        path = Path(config.sqlite_path).expanduser().resolve() if config.sqlite_path else root / "sessions.sqlite3"
+        await ctx.plugin(sqlite, {"path": str(path)})
+    else:
+        raise ValueError(f'stdio-app: store must be "jsonl" or "sqlite", got "{config.store}"')

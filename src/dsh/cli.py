@@ -1,0 +1,370 @@
+"""The ``dsh`` command line: ``dsh chat`` and ``dsh sessions``.
+
+Owns argument parsing, the built-in default composition (``mock-echo`` or ``openai-llm``,
+``echo-tool``, ``time-context``, JSONL sessions under ``./.sessions``, ``stdio-app``), choosing a
+session store for the ``sessions`` commands, and turning every error a person can cause into
+one line on stderr: exit 2 for usage and configuration errors, 1 for runtime failures, never a
+traceback unless ``--debug``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import msgspec
+
+from dsh.apps import sessions as sessions_view
+from dsh.persistence.base import SessionStore, StoreError
+from dsh.runtime import ConfigError, Context
+from dsh.runtime.loader import LoadError, PluginEntry, load_config_file, load_plugins
+
+log = logging.getLogger("dsh")
+
+DEFAULT_ROOT = "./.sessions"
+ECHO_MODEL = "mock-echo"
+APP_NAMES = frozenset({"stdio-app", "dsh.apps.stdio"})
+STORE_NAMES = {
+    "jsonl-sessions": "jsonl",
+    "dsh.persistence.jsonl": "jsonl",
+    "sqlite-sessions": "sqlite",
+    "dsh.persistence.sqlite": "sqlite",
+    "postgres-sessions": "postgres",
+    "dsh.persistence.postgres": "postgres",
+}
+
+
+class UsageError(Exception):
+    """A mistake in how dsh was invoked or configured (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("session store")
+    group.add_argument("--store", choices=["jsonl", "sqlite", "postgres"], help="store kind (default: jsonl)")
+    group.add_argument("--root", help=f"JSONL sessions folder (default: {DEFAULT_ROOT})")
+    group.add_argument("--sqlite", metavar="FILE", help="SQLite database file (with --store sqlite)")
+    group.add_argument("--dsn", help="PostgreSQL URL (with --store postgres; default $DSH_DATABASE_URL)")
+    group.add_argument("--config", metavar="FILE", help="use the store a YAML composition mounts")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dsh", description="Agents whose history is a durable, time-aware event log.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    chat = commands.add_parser("chat", help="talk to an agent over stdin/stdout")
+    chat.add_argument("--config", metavar="FILE", help="YAML plugin composition")
+    which = chat.add_mutually_exclusive_group()
+    which.add_argument("--resume", metavar="SESSION_ID", help="continue a stored session")
+    which.add_argument("--continue", dest="continue_", action="store_true", help="continue the newest session of this folder")
+    chat.add_argument("--model", help="model name (default: mock-echo, keyless)")
+    chat.add_argument("--base-url", help="any OpenAI-compatible endpoint")
+    chat.add_argument("--plain", action="store_true", help="plain transcript, no colour or line editing")
+    chat.add_argument("--store", choices=["jsonl", "sqlite", "postgres"], help="session store (default: jsonl)")
+    chat.add_argument("--root", help=f"JSONL sessions folder (default: {DEFAULT_ROOT})")
+    chat.add_argument("--sqlite", metavar="FILE", help="SQLite database file (with --store sqlite)")
+    chat.add_argument("--dsn", help="PostgreSQL URL (with --store postgres)")
+    chat.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+
+    sessions = commands.add_parser("sessions", help="inspect stored sessions")
+    sub = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    listing = sub.add_parser("list", help="sessions, newest first")
+    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--limit", type=int)
+    show = sub.add_parser("show", help="the transcript as the model saw it")
+    show.add_argument("id")
+    show.add_argument("--events", action="store_true", help="every raw event")
+    show.add_argument("--json", action="store_true", help="the durable log verbatim")
+    show.add_argument("--follow", action="store_true", help="keep printing events as they are appended")
+    requests = sub.add_parser("requests", help="rebuild each model request from the log alone")
+    requests.add_argument("id")
+    requests.add_argument("--step", metavar="TURN.STEP")
+    requests.add_argument("--json", action="store_true")
+    remove = sub.add_parser("rm", help="delete a session")
+    remove.add_argument("id")
+    remove.add_argument("--yes", action="store_true", help="do not ask")
+    export = sub.add_parser("export", help="write a session as JSONL (format v0)")
+    export.add_argument("id")
+    export.add_argument("-o", "--output", metavar="FILE")
+    importing = sub.add_parser("import", help="store a JSONL session log")
+    importing.add_argument("file")
+    for sub_parser in (listing, show, requests, remove, export, importing):
+        _store_options(sub_parser)
+        sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+    return parser
+
+
+# -- compositions ----------------------------------------------------------------------------
+
+
+def _is_real_model(args: argparse.Namespace) -> bool:
+    return bool(args.base_url) or (args.model is not None and args.model != ECHO_MODEL)
+
+
+def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
+    """The built-in composition of ``dsh chat`` without ``--config``."""
+    model = args.model or ECHO_MODEL
+    if _is_real_model(args):
+        llm_config: dict[str, Any] = {"models": [model]}
+        if args.base_url:
+            llm_config["baseURL"] = args.base_url
+            if not os.environ.get("DEEPSEEK_API_KEY") and not os.environ.get("OPENAI_API_KEY"):
+                llm_config["apiKey"] = "not-needed"  # local servers usually take no key
+            elif os.environ.get("OPENAI_API_KEY") and not os.environ.get("DEEPSEEK_API_KEY"):
+                llm_config["apiKeyEnv"] = "OPENAI_API_KEY"
+        llm = PluginEntry(id="llm", name="openai-llm", config=llm_config)
+    else:
+        llm = PluginEntry(id="llm", name="echo-llm")
+    app: dict[str, Any] = {"model": model, "persistenceRoot": args.root or DEFAULT_ROOT}
+    app.update(_store_config(args))
+    return [
+        llm,
+        PluginEntry(id="echo-tool", name="echo-tool"),
+        PluginEntry(id="time-context", name="time-context"),
+        *_store_entries(args),
+        PluginEntry(id="app", name="stdio-app", config=app),
+    ]
+
+
+def _store_config(args: argparse.Namespace) -> dict[str, Any]:
+    if args.store == "sqlite":
+        return {"store": "sqlite", **({"sqlitePath": args.sqlite} if args.sqlite else {})}
+    return {}
+
+
+def _store_entries(args: argparse.Namespace) -> list[PluginEntry]:
+    if args.store == "postgres":
+        config = {"dsn": args.dsn} if args.dsn else {}
+        return [PluginEntry(id="store", name="postgres-sessions", config=config)]
+    return []
+
+
+def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | None]:
+    """The entries ``dsh chat`` loads, with command-line overrides applied."""
+    if not args.config:
+        return default_entries(args), None
+    path = Path(args.config)
+    if not path.is_file():
+        raise UsageError(f"config file {args.config} not found")
+    entries = load_config_file(path)
+    apps = [e for e in entries if e.name in APP_NAMES and not e.disabled]
+    if not apps:
+        # Load anyway: a broken entry deserves its own error before "no app" is reported.
+        return entries, path.resolve().parent
+    app = apps[0]
+    config = dict(app.config or {})
+    if args.model:
+        config["model"] = args.model
+    if args.root:
+        config["persistenceRoot"] = args.root
+    config.update(_store_config(args))
+    if args.resume:
+        config["resumeSessionId"] = args.resume
+    patched = PluginEntry(app.id, app.name, config, app.disabled, app.line)
+    # Stores load before the app, so it uses the composition's store instead of its default.
+    ordered = [e for e in entries if e.name in STORE_NAMES] + _store_entries(args)
+    ordered += [patched if e is app else e for e in entries if e.name not in STORE_NAMES]
+    return ordered, path.resolve().parent
+
+
+# -- stores ----------------------------------------------------------------------------------
+
+
+async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
+    """The session store the ``sessions`` commands (and ``--continue``) read."""
+    ctx = Context()
+    kind = args.store
+    entry: PluginEntry | None = None
+    if getattr(args, "config", None) and not kind:
+        entries = load_config_file(args.config)
+        for e in entries:
+            if e.name in STORE_NAMES and not e.disabled:
+                entry = e
+        if entry is None:
+            for e in entries:
+                if e.name in APP_NAMES and not e.disabled:
+                    app = e.config or {}
+                    root = Path(args.config).resolve().parent
+                    kind = app.get("store", "jsonl")
+                    args.root = args.root or str(Path(os.getcwd(), app.get("persistenceRoot", DEFAULT_ROOT)))
+                    if kind == "sqlite" and app.get("sqlitePath"):
+                        args.sqlite = args.sqlite or str(root / app["sqlitePath"])
+    if entry is None:
+        kind = kind or "jsonl"
+        root = Path(args.root or DEFAULT_ROOT).expanduser().resolve()
+        if kind == "jsonl":
+            entry = PluginEntry("store", "jsonl-sessions", {"root": str(root)})
+        elif kind == "sqlite":
+            entry = PluginEntry("store", "sqlite-sessions", {"path": str(Path(args.sqlite).resolve()) if args.sqlite else str(root / "sessions.sqlite3")})
+        else:
+            entry = PluginEntry("store", "postgres-sessions", {"dsn": args.dsn} if args.dsn else {})
+    base = Path(args.config).resolve().parent if getattr(args, "config", None) else None
+    await load_plugins(ctx, [entry], base_dir=base)
+    store: SessionStore = ctx.session_store
+    return store, ctx
+
+
+async def newest_session_here(args: argparse.Namespace) -> str:
+    store, ctx = await open_store(args)
+    try:
+        here = os.getcwd()
+        for info in await store.list():
+            if info.header.get("cwd") == here:
+                return info.id
+    finally:
+        await ctx.dispose()
+    raise StoreError(f"no stored session for this folder ({here})")
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+async def cmd_chat(args: argparse.Namespace) -> int:
+    if args.continue_:
+        args.resume = await newest_session_here(args)
+    entries, base_dir = composition(args)
+    if not args.config and args.resume:
+        for i, entry in enumerate(entries):
+            if entry.name == "stdio-app":
+                entries[i] = PluginEntry(entry.id, entry.name, {**entry.config, "resumeSessionId": args.resume})
+    ctx = Context()
+    try:
+        await load_plugins(ctx, entries, base_dir=base_dir)
+        app = ctx.get("stdio_app")
+        if app is None:
+            raise UsageError(
+                "the composition has no running stdio-app entry"
+                if args.config
+                else "the stdio app did not start (is a dependency missing?)"
+            )
+        loop = asyncio.get_running_loop()
+        stop = _install_signal_handlers(loop, app)
+        try:
+            await app.run(plain=True if args.plain else None)
+        finally:
+            stop()
+    finally:
+        await ctx.dispose()
+    return 0
+
+
+def _install_signal_handlers(loop: asyncio.AbstractEventLoop, app: Any) -> Any:
+    """Ctrl-C cancels a running turn, and otherwise ends input like EOF; SIGTERM does both.
+
+    Either way the app leaves through its normal path, so the final flush always runs.
+    """
+
+    def interrupt(terminate: bool) -> None:
+        busy = app.agent.status == "running" or app.agent.queued
+        if busy:
+            app.agent.cancel("interrupted by the user")
+        if terminate or not busy:
+            app.stop_input()
+
+    installed = []
+    for signum, terminate in ((signal.SIGINT, False), (signal.SIGTERM, True)):
+        try:
+            loop.add_signal_handler(signum, interrupt, terminate)
+            installed.append(signum)
+        except (NotImplementedError, RuntimeError):
+            pass
+
+    def remove() -> None:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+    return remove
+
+
+async def cmd_sessions(args: argparse.Namespace) -> int:
+    if args.action == "import":
+        return await sessions_view.import_file(args)
+    store, ctx = await open_store(args)
+    try:
+        if args.action == "list":
+            return await sessions_view.list_sessions(store, args)
+        if args.action == "show":
+            return await sessions_view.show(store, args)
+        if args.action == "requests":
+            return await sessions_view.requests(store, args)
+        if args.action == "rm":
+            return await sessions_view.remove(store, args)
+        if args.action == "export":
+            return await sessions_view.export(store, args)
+        raise UsageError(f"unknown sessions action {args.action}")
+    finally:
+        await ctx.dispose()
+
+
+def _configure_logging(debug: bool) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="dsh: %(message)s" if not debug else "%(levelname)s %(name)s: %(message)s",
+    )
+    if not debug:
+        for noisy in ("httpx", "openai", "psycopg", "asyncio"):
+            logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    _configure_logging(debug)
+    try:
+        args = build_parser().parse_args(argv)
+        runner = cmd_chat if args.command == "chat" else cmd_sessions
+        try:
+            return asyncio.run(runner(args))
+        except LoadError as exc:
+            # A store refusing a session (not found, corrupt, locked) is a runtime failure,
+            # even when it surfaces while the composition loads.
+            if isinstance(exc.__cause__, StoreError):
+                raise exc.__cause__ from None
+            raise
+    except (UsageError, LoadError, ConfigError, msgspec.ValidationError) as exc:
+        if debug:
+            raise
+        print(f"dsh: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        if debug:
+            raise
+        print(f"dsh: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        print(f"dsh: {_one_line(exc)} (run with --debug for details)", file=sys.stderr)
+        return 1
+
+
+def json_dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

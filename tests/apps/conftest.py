@@ -1,0 +1,82 @@
+"""Helpers for driving the real ``dsh`` command in subprocesses."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "dsh-v0"
+
+
+def dsh_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "DSH_"))}
+    env.update({"TZ": "Asia/Shanghai", "PYTHONUNBUFFERED": "1", "DSH_DEV_CHECKS": "1"})
+    env.pop("NO_COLOR", None)
+    env.update(extra)
+    return env
+
+
+def run_dsh(args: list[str], cwd: Path, *, stdin: str = "", timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dsh", *args],
+        input=stdin, capture_output=True, text=True, cwd=cwd, env=dsh_env(**env), timeout=timeout,
+    )
+
+
+class Interactive:
+    """``dsh chat`` with pipes, read incrementally (to send a line after a reply appears)."""
+
+    def __init__(self, args: list[str], cwd: Path, **env: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dsh", *args], cwd=cwd, env=dsh_env(**env),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        self.out = b""
+        os.set_blocking(self.proc.stdout.fileno(), False)  # type: ignore[union-attr]
+
+    def read_until(self, marker: str, count: int = 1, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while self.out.decode(errors="replace").count(marker) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {marker!r}; got {self.out!r}")
+            chunk = self.proc.stdout.read()  # type: ignore[union-attr]
+            if chunk:
+                self.out += chunk
+            elif self.proc.poll() is not None:
+                raise AssertionError(f"dsh exited {self.proc.returncode}: {self.proc.stderr.read()!r}")  # type: ignore[union-attr]
+            else:
+                time.sleep(0.01)
+        return self.out.decode()
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line.encode())  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+
+    def close(self, timeout: float = 30) -> tuple[int, str, str]:
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        rc = self.proc.wait(timeout=timeout)
+        os.set_blocking(self.proc.stdout.fileno(), True)  # type: ignore[union-attr]
+        self.out += self.proc.stdout.read()  # type: ignore[union-attr]
+        return rc, self.out.decode(), self.proc.stderr.read().decode()  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    yield cwd
+
+
+def bucket(root: Path, cwd: Path) -> Path:
+    return root / f"cwd-{hashlib.sha256(str(cwd).encode()).hexdigest()[:12]}"
+
+
+def session_files(cwd: Path) -> list[Path]:
+    return sorted(bucket(cwd / ".sessions", cwd).glob("*.jsonl"))
