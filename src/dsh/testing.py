@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dsh.agent import agent as agent_plugin
@@ -21,6 +21,7 @@ from dsh.agent import system_prompt as system_prompt_plugin
 from dsh.llm import service as llm_plugin
 from dsh.llm.types import LlmRequest
 from dsh.runtime import Context, Fiber
+from dsh.session import DerivedMessages
 from dsh.tools import registry as tools_plugin
 
 
@@ -35,7 +36,13 @@ async def mount_agent_loop(ctx: Context, *, loop_config: Mapping[str, Any] | Non
 
 @dataclass
 class Reply:
-    """One scripted model reply: text (streamed in ``deltas`` pieces), tool calls, finish."""
+    """One scripted model reply: text (streamed in ``deltas`` pieces), tool calls, finish.
+
+    ``delay`` seconds pass before each text delta (a slow stream). ``error`` is raised before
+    the first chunk. ``chunks``, when given, replaces everything else: each item is streamed
+    verbatim (``delay`` before each), or raised if it is an exception, so a test can script a
+    missing finish, a mid-stream failure or any finish reason exactly.
+    """
 
     text: str = ""
     tool_calls: Sequence[tuple[str, str, Mapping[str, Any] | str]] = ()
@@ -45,6 +52,7 @@ class Reply:
     deltas: int = 1
     delay: float = 0.0
     error: BaseException | None = None
+    chunks: Sequence[Mapping[str, Any] | BaseException] | None = None
 
 
 ReplyFactory = Callable[[LlmRequest], Reply]
@@ -61,6 +69,16 @@ class ScriptedAdapter:
     def add(self, *replies: Reply | ReplyFactory | str) -> None:
         self._replies.extend(replies)
 
+    def register(self, ctx: Context, *models: str) -> Callable[[], None]:
+        """Serve ``models`` (default ``scripted``) on ``ctx.llm``; returns the unregister."""
+        unregister: Callable[[], None] = ctx.llm.register_adapter(list(models) or ["scripted"], self)
+        return unregister
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not consumed yet."""
+        return len(self._replies)
+
     def _next(self, request: LlmRequest) -> Reply:
         if self._replies:
             item = self._replies.pop(0)
@@ -75,21 +93,24 @@ class ScriptedAdapter:
         return item(request)
 
     async def stream(self, request: LlmRequest) -> AsyncIterator[dict[str, Any]]:
-        snapshot = LlmRequest(
-            model=request.model,
-            messages=[json.loads(json.dumps(m)) for m in request.messages],
-            system=request.system,
-            tools=list(request.tools),
-            temperature=request.temperature,
-            max_tokens=request.max_tokens,
-            stop=request.stop,
-            session_id=request.session_id,
-            signal=request.signal,
-        )
-        self.requests.append(snapshot)
+        messages = request.messages
+        if not isinstance(messages, DerivedMessages):
+            # A session's derived-message snapshot is immutable already and is kept as is;
+            # anything else gets a shallow copy. Never a deep copy of the whole history, so a
+            # long scripted session does not slow down as it grows.
+            messages = list(messages)
+        self.requests.append(replace(request, messages=messages, tools=list(request.tools)))
         reply = self._next(request)
         if reply.error is not None:
             raise reply.error
+        if reply.chunks is not None:
+            for item in reply.chunks:
+                if reply.delay:
+                    await asyncio.sleep(reply.delay)
+                if isinstance(item, BaseException):
+                    raise item
+                yield dict(item)
+            return
         index = 0
         if reply.reasoning:
             yield {"type": "block-start", "index": index, "blockType": "reasoning"}

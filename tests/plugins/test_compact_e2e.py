@@ -29,7 +29,7 @@ def at(ms: int) -> datetime:
 
 
 @pytest.fixture
-def traveller(monkeypatch: pytest.MonkeyPatch) -> Iterator[time_machine.Coordinates]:
+def traveller(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setenv("TZ", "UTC")
     with time_machine.travel(at(T0), tick=False) as coordinates:
         yield coordinates
@@ -44,7 +44,7 @@ def prompt(i: int, with_time: bool) -> str:
 
 @pytest.mark.parametrize("with_time", [True, False], ids=["time-context", "tool-calls"])
 async def test_two_hundred_turns_stay_under_the_window(
-    traveller: time_machine.Coordinates, caplog: pytest.LogCaptureFixture, with_time: bool
+    traveller: Any, caplog: pytest.LogCaptureFixture, with_time: bool
 ) -> None:
     ctx = Context()
     await mount_agent_loop(ctx)

@@ -88,7 +88,7 @@ class LogBuilder:
         if surface is not None:
             event["surfaceOp"] = surface
         self.events.append(event)
-        return event["seq"]
+        return int(event["seq"])
 
     def user(self, t: str) -> int:
         return self.add(

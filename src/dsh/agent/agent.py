@@ -70,6 +70,9 @@ class Agent:
         self._idle_waiters: list[asyncio.Future[None]] = []
         self.driver: asyncio.Task[None] | None = None
         self.on_inject_flush: Callable[[], Awaitable[None]] | None = None
+        self.on_dispose: Callable[[], Awaitable[None]] | None = None
+        # Strong references to background flushes (asyncio keeps only weak ones).
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- public surface ----------------------------------------------------------------------
 
@@ -124,7 +127,9 @@ class Agent:
         session.append("context/message", data, surface_op="append")
         session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
         if self.on_inject_flush is not None:
-            asyncio.get_running_loop().create_task(self._flush_after_inject(turn))
+            task = asyncio.get_running_loop().create_task(self._flush_after_inject(turn))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def cancel(self, reason: str | None = None) -> None:
         """Abort the current work and drop everything queued; a no-op when idle."""
@@ -139,6 +144,13 @@ class Agent:
         if self.step_controller is not None:
             self.step_controller.abort(self.cancel_reason)
         self._wakeup.set()
+
+    async def dispose(self) -> None:
+        """Leave the registry: an open turn ends ``disposed``, the session is drained and released."""
+        if self.on_dispose is not None:
+            await self.on_dispose()
+        else:
+            self.mark_disposed()
 
     async def when_idle(self) -> None:
         """Wait until the agent is not running and has nothing queued."""
@@ -155,7 +167,7 @@ class Agent:
     # -- driver side -------------------------------------------------------------------------
 
     def set_status(self, status: Status) -> None:
-        if status == self._status:
+        if status == self._status or self._status == "disposed":
             return
         self._status = status
         if status == "running":
@@ -178,7 +190,9 @@ class Agent:
         self._wakeup.set()
 
     def mark_disposed(self) -> None:
-        self._status = "disposed"
+        if self._status != "disposed":
+            self._status = "disposed"
+            self._root.emit("agent/status", self, "disposed")
         self._wakeup.set()
 
     def _check_live(self) -> None:

@@ -6,6 +6,14 @@ turn end, resume, and the request/derive invariant check used in development.
 
 Why steps run in a child task: cancellation must interrupt a stream or a tool that is not
 watching its signal, and cancelling one child task per step is cheaper than racing every chunk.
+A running tool first gets ``toolAbortGraceMs`` to honour its signal and report its own result;
+a tool cut off after that still gets a ``tool/result`` (``Error: <reason>``, ``isError``), so
+every logged ``tool/call`` stays paired.
+
+Config (all optional): ``agents`` (config-driven agents, contracts §3.7), ``maxStepsPerTurn``
+(the safety cap, default 64: past it the turn ends ``error`` with code ``MAX_STEPS``),
+``toolAbortGraceMs`` (default 100) and ``devChecks`` (default: env ``DSH_DEV_CHECKS``), which
+checks every request against the log (prefix + history derived before its ``step/start``).
 """
 
 from __future__ import annotations
@@ -17,15 +25,17 @@ import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Annotated, Any
 
 import msgspec
 
+from dsh import _json
 from dsh.agent.agent import Agent, AgentOptions, QueuedMessage
 from dsh.llm.assembler import ChunkAssembler
-from dsh.llm.types import LlmError, LlmRequest
+from dsh.llm.types import LlmRequest
 from dsh.runtime import AbortController, AbortSignal, Context
-from dsh.session import Event, Session, derive_messages
+from dsh.session import SURFACE_TYPES, Event, Session, project
 
 log = logging.getLogger("dsh.agent")
 
@@ -33,6 +43,7 @@ name = "agent-loop"
 inject = ["agents", "sessions", "llm", "tools", "system_prompt"]
 
 DEFAULT_MAX_STEPS = 64
+DEFAULT_TOOL_ABORT_GRACE_MS = 100
 
 
 class AgentEntry(msgspec.Struct, rename="camel"):
@@ -44,7 +55,10 @@ class AgentEntry(msgspec.Struct, rename="camel"):
 
 class Config(msgspec.Struct, rename="camel"):
     agents: list[AgentEntry] = msgspec.field(default_factory=list)
-    max_steps_per_turn: int = DEFAULT_MAX_STEPS
+    max_steps_per_turn: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_MAX_STEPS
+    # How long a running tool may take to honour an abort (and report its own result) before
+    # its step is cancelled outright.
+    tool_abort_grace_ms: Annotated[int, msgspec.Meta(ge=0)] = DEFAULT_TOOL_ABORT_GRACE_MS
     dev_checks: bool | None = None
 
 
@@ -59,6 +73,8 @@ class TurnError(Exception):
 class InvariantError(AssertionError):
     """A request whose messages differ from the prefix plus the log-derived history."""
 
+    code = "INVARIANT"
+
 
 @dataclass
 class StepResult:
@@ -71,19 +87,36 @@ def _error_code(exc: BaseException) -> str | None:
     return code if isinstance(code, str) else None
 
 
-def _text(content: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [dict(block) for block in content]
+def _messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [dict(message) for message in messages]
+
+
+def _inject_context(agent: Agent, context: Any) -> None:
+    """Append one ``additionalContexts`` entry (``{content, source?, envelope?, meta?}``)."""
+    if not isinstance(context, Mapping):
+        raise TypeError("an additionalContexts entry must be a mapping with content")
+    agent.inject(
+        context.get("content") or [],
+        source=context.get("source"),
+        envelope=context.get("envelope"),
+        meta=context.get("meta"),
+    )
 
 
 class _Instance:
     """Per-agent loop state that lives as long as this loop instance (not durable)."""
 
-    def __init__(self, agent: Agent, resumed: bool) -> None:
+    def __init__(self, agent: Agent, last_header: dict[str, Any] | None) -> None:
         self.agent = agent
-        self.resumed = resumed
         self.first_request = True
         self.prefix: list[dict[str, Any]] | None = None
-        self.last_header: dict[str, Any] | None = _latest_header(agent.session)
+        # The latest logged header: found by one backward scan when the instance starts, then
+        # kept current as this instance logs headers (no per-step scan).
+        self.last_header = last_header
+        self.last_header_key = _header_key(last_header) if last_header is not None else None
+        self.step_task: asyncio.Task[StepResult] | None = None
+        self.in_tool = False
+        self.shadow: _ShadowFold | None = None
 
 
 def _latest_header(session: Session) -> dict[str, Any] | None:
@@ -92,6 +125,65 @@ def _latest_header(session: Session) -> dict[str, Any] | None:
             header = event.data.get("header")
             return header if isinstance(header, dict) else None
     return None
+
+
+class _ShadowFold:
+    """An independent, naive fold of the raw log's surface, for the request/derive dev check.
+
+    It is advanced lazily to each step's ``step/start``, so keeping it costs only the new
+    events. :meth:`check` compares a request against it: the messages added since the previous
+    check always, the whole history whenever a replace happened or the history doubled since
+    the last full comparison, so the check stays amortised O(new messages) per step and a long
+    session under dev checks does not slow down as it grows.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: list[int] = []
+        self.messages: list[Any] = []
+        self.seen = 0
+        self.generation = 0
+        self.full_generation = -1
+        self.full_length = 0
+        self.last_length = 0
+
+    def advance(self, session: Session, upto: int) -> list[Any]:
+        events = session.events
+        for event in events[self.seen : upto]:
+            if event.type not in SURFACE_TYPES:
+                continue
+            op = event.surface_op
+            if op == "append":
+                self.nodes.append(event.seq)
+                message = project(event)
+                if message is not None:
+                    self.messages.append(message)
+            elif isinstance(op, Mapping):
+                i = self.nodes.index(op["start"])
+                j = self.nodes.index(op["end"])
+                self.nodes[i : j + 1] = [event.seq]
+                projected = (project(events[seq]) for seq in self.nodes)
+                self.messages = [m for m in projected if m is not None]
+                self.generation += 1
+        self.seen = upto
+        return self.messages
+
+    def check(self, prefix: Sequence[Any], messages: Sequence[Any]) -> bool:
+        """Whether ``messages`` equals ``prefix`` plus the folded history (see the class doc)."""
+        derived = self.messages
+        length = len(prefix) + len(derived)
+        if len(messages) != length:
+            return False
+        full = self.generation != self.full_generation or length >= 2 * max(self.full_length, 1)
+        start = 0 if full else min(self.last_length, length)
+        ok = True
+        if start < len(prefix):
+            ok = list(messages[start : len(prefix)]) == list(prefix[start:])
+            start = len(prefix)
+        ok = ok and list(messages[start:]) == derived[start - len(prefix) :]
+        if ok and full:
+            self.full_generation, self.full_length = self.generation, length
+        self.last_length = length
+        return ok
 
 
 class AgentLoop:
@@ -104,6 +196,7 @@ class AgentLoop:
         env_checks = os.environ.get("DSH_DEV_CHECKS", "") not in ("", "0")
         self.dev_checks = config.dev_checks if config.dev_checks is not None else env_checks
         self.max_steps = config.max_steps_per_turn
+        self.tool_abort_grace = max(0, config.tool_abort_grace_ms) / 1000
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -116,48 +209,82 @@ class AgentLoop:
         session_id: str | None = None,
     ) -> Agent:
         """A new agent on a fresh session ``<agent_id>-session-<uuid4>``; its driver starts."""
+        self._check_free(agent_id)
         session = self._ctx.sessions.create(
             session_id or f"{agent_id}-session-{uuid.uuid4()}", cwd=cwd
         )
-        return self._start(agent_id, session, AgentOptions(model=model), resumed=False)
+        return self._start(agent_id, session, AgentOptions(model=model), None, resumed=False)
 
     async def resume(self, agent_id: str, session_id: str, *, model: str | None = None) -> Agent:
-        """Load a session through the mounted store (crash repair applied) and continue it."""
+        """Load a session through the mounted store (crash repair applied) and continue it.
+
+        Turn numbering continues from the log; the first request logs ``request/header`` with
+        reason ``resume``. Without ``model``, the model of the latest logged header is used.
+        """
+        self._check_free(agent_id)
         store = self._ctx.get("session_store")
         if store is None:
             raise RuntimeError("cannot resume: no session store is mounted")
         stored = await store.load(session_id)
         try:
-            session = Session.restore(session_id, stored.events, header=stored.header)
+            session = getattr(stored, "session", None)
+            if not isinstance(session, Session):
+                session = Session.restore(session_id, list(stored.events), header=stored.header)
+            self._check_free(agent_id)
             self._ctx.sessions.adopt(session)
-        except Exception:
+        except BaseException:
             await store.release(session_id)
             raise
-        if model is None:
-            header = _latest_header(session)
-            model = header.get("config", {}).get("model") if header else None
-        return self._start(agent_id, session, AgentOptions(model=model), resumed=True)
+        header = _latest_header(session)
+        if model is None and header is not None:
+            config = header.get("config")
+            found = config.get("model") if isinstance(config, Mapping) else None
+            model = found if isinstance(found, str) and found else None
+        return self._start(agent_id, session, AgentOptions(model=model), header, resumed=True)
 
-    def _start(self, agent_id: str, session: Session, options: AgentOptions, *, resumed: bool) -> Agent:
+    def _check_free(self, agent_id: str) -> None:
+        if self._ctx.agents.get(agent_id) is not None:
+            raise ValueError(f'agent "{agent_id}" is already registered')
+
+    def _start(
+        self,
+        agent_id: str,
+        session: Session,
+        options: AgentOptions,
+        last_header: dict[str, Any] | None,
+        *,
+        resumed: bool,
+    ) -> Agent:
         agent = Agent(self._ctx, agent_id, session, options)
         unregister = self._ctx.agents.register(agent)
-        instance = _Instance(agent, resumed)
+        instance = _Instance(agent, last_header)
         self._instances[agent_id] = instance
-        agent.on_inject_flush = lambda: self._ctx.sessions.flush(session)
+        sessions = self._ctx.sessions
+        agent.on_inject_flush = lambda: sessions.flush(session)
+        agent.on_dispose = lambda: self.dispose_agent(agent)
         self._ctx.emit("agent/created", agent)
         self._ctx.emit("agent/session-start", agent, "resume" if resumed else "startup")
         agent.driver = asyncio.get_running_loop().create_task(self._drive(instance, unregister))
         return agent
 
     async def dispose_agent(self, agent: Agent) -> None:
-        """Stop the driver (the open turn ends ``disposed``), drain and release the session."""
-        if agent.disposed and (agent.driver is None or agent.driver.done()):
+        """Stop the driver (an open turn ends ``disposed``), drain and release the session.
+
+        Called from inside the agent's own turn (a listener or a tool), it only marks the agent
+        disposed and aborts the step; the turn then closes on its own.
+        """
+        driver = agent.driver
+        if agent.disposed and (driver is None or driver.done()):
             return
         agent.mark_disposed()
         if agent.step_controller is not None:
             agent.step_controller.abort("disposed")
-        if agent.driver is not None:
-            await asyncio.gather(agent.driver, return_exceptions=True)
+        instance = self._instances.get(agent.id)
+        current = asyncio.current_task()
+        if current is driver or (instance is not None and current is instance.step_task):
+            return
+        if driver is not None:
+            await asyncio.gather(driver, return_exceptions=True)
 
     async def dispose(self) -> None:
         for instance in list(self._instances.values()):
@@ -174,9 +301,16 @@ class AgentLoop:
                     agent.settle_idle()
                     await agent.wait_for_work()
                     continue
+                # A cancel that raced the wakeup applied to the messages it cleared, not to
+                # messages sent after it.
+                agent.cancel_reason = None
                 agent.set_status("running")
                 if agent.disposed:
                     break
+                if not agent.queued:
+                    # A status listener cancelled: nothing left to run.
+                    agent.set_status("idle")
+                    continue
                 turn = agent.session.last_turn + 1
                 terminal = False
                 try:
@@ -188,12 +322,13 @@ class AgentLoop:
                 if agent.steering and not terminal:
                     agent.queued.extend(agent.steering)
                 agent.steering.clear()
-                if not agent.queued and not agent.disposed:
+                if not agent.queued:
                     agent.set_status("idle")
         finally:
             agent.mark_disposed()
             agent.settle_idle()
-            self._instances.pop(agent.id, None)
+            if self._instances.get(agent.id) is instance:
+                del self._instances[agent.id]
             try:
                 await self._ctx.sessions.dispose(agent.session)
             except Exception as exc:
@@ -213,19 +348,18 @@ class AgentLoop:
         step = 0
         step_open = False
         terminal = False
+        hit_max_tokens = False
         reason: dict[str, Any] | None = None
         try:
             reason = await self._submit_prompts(agent, batch)
             while reason is None:
                 step += 1
                 if step > self.max_steps:
-                    reason = {
-                        "kind": "error",
-                        "step": step - 1,
-                        "message": f"turn {turn} exceeded {self.max_steps} steps",
-                        "code": "MAX_STEPS",
-                    }
-                    self._ctx.emit("agent/error", agent, turn, step - 1, TurnError(reason["message"], "MAX_STEPS"))
+                    step -= 1
+                    error = TurnError(f"turn {turn} exceeded {self.max_steps} steps", "MAX_STEPS")
+                    log.warning('agent "%s": %s', agent.id, error)
+                    self._ctx.emit("agent/error", agent, turn, step, error)
+                    reason = _error_reason(step, error)
                     break
                 self._drain_steering(agent, turn)
                 controller = AbortController()
@@ -238,10 +372,10 @@ class AgentLoop:
                 if reason is not None:
                     break
                 if instance.prefix is None:
-                    prefix = await self._ctx.waterfall(
-                        "agent/session-prefix", agent, [], controller.signal, default=lambda: []
+                    prefix: Any = await self._ctx.waterfall(
+                        "agent/session-prefix", agent, [], controller.signal, default=list
                     )
-                    instance.prefix = _text(prefix or [])
+                    instance.prefix = _messages(prefix or [])
                     reason = self._stop_reason(agent)
                     if reason is not None:
                         break
@@ -256,6 +390,8 @@ class AgentLoop:
                 step_open = True
                 reason = self._stop_reason(agent)
                 if reason is not None:
+                    step_open = False
+                    session.append("step/end", {"turn": turn, "step": step})
                     break
                 try:
                     result = await self._run_step_cancellable(
@@ -267,32 +403,28 @@ class AgentLoop:
                     reason = self._failure_reason(agent, controller.signal, turn, step, exc)
                     break
                 if result.finish.get("kind") == "max-tokens":
-                    reason = {"kind": "max-tokens"}
+                    hit_max_tokens = True
                 drained = self._drain_steering(agent, turn)
-                session.append("step/end", {"turn": turn, "step": step})
                 step_open = False
+                session.append("step/end", {"turn": turn, "step": step})
                 default = "continue" if (result.had_tool_calls or drained) else "stop"
-                decision = await self._ctx.waterfall(
-                    "agent/turn-continuation", agent, turn, default, default=lambda d=default: d
+                decision: Any = await self._ctx.waterfall(
+                    "agent/turn-continuation", agent, turn, default, default=partial(_identity, default)
                 )
                 action, note = _decision(decision)
                 if note:
                     agent.steering.append(QueuedMessage([{"type": "text", "text": note}], {"kind": "user"}))
                 if agent.steering:
                     action = "continue"
-                if action == "continue" and reason is None:
+                if action == "continue":
                     bail = await self._ctx.serial("agent/turn-stop", agent, turn)
-                    if isinstance(bail, Mapping) and bail.get("action") == "stop":
+                    if bail is not None and bail is not False:
                         terminal = True
                         agent.steering.clear()
                         action = "stop"
-                stopped = self._stop_reason(agent)
-                if stopped is not None:
-                    reason = stopped
-                elif action != "continue" and reason is None:
-                    reason = {"kind": "completed"}
-                elif reason is not None:
-                    break
+                reason = self._stop_reason(agent)
+                if reason is None and action != "continue":
+                    reason = {"kind": "max-tokens"} if hit_max_tokens else {"kind": "completed"}
         except Exception as exc:
             if step_open:
                 session.append("step/end", {"turn": turn, "step": step})
@@ -327,13 +459,13 @@ class AgentLoop:
                 )
                 continue
             allowed += 1
-            content = message.content
+            content: Any = message.content
             if isinstance(decision, Mapping) and decision.get("content") is not None:
                 content = decision["content"]
             agent.session.append("user/message", {"content": content, "source": message.source}, surface_op="append")
             extra = decision.get("additionalContexts") if isinstance(decision, Mapping) else None
             for context in extra or ():
-                agent.inject(context.get("content", []), source=context.get("source"))
+                _inject_context(agent, context)
         if allowed == 0:
             return {"kind": "rejected", "reason": last_block or "blocked"}
         return None
@@ -388,7 +520,18 @@ class AgentLoop:
         task = asyncio.get_running_loop().create_task(
             self._run_step(instance, turn, step, system, tools, boundary, step_start, controller.signal)
         )
-        remove = controller.signal.add_listener(task.cancel)
+        instance.step_task = task
+        timers: list[asyncio.TimerHandle] = []
+
+        def on_abort() -> None:
+            # A tool gets a moment to honour its signal and report its own result; a stream
+            # (or a tool that ignores the signal) is interrupted right away.
+            if instance.in_tool and self.tool_abort_grace > 0:
+                timers.append(asyncio.get_running_loop().call_later(self.tool_abort_grace, task.cancel))
+            else:
+                task.cancel()
+
+        remove = controller.signal.add_listener(on_abort)
         try:
             return await task
         except asyncio.CancelledError:
@@ -399,6 +542,9 @@ class AgentLoop:
             raise
         finally:
             remove()
+            for timer in timers:
+                timer.cancel()
+            instance.step_task = None
 
     async def _run_step(
         self,
@@ -414,14 +560,15 @@ class AgentLoop:
         agent = instance.agent
         session = agent.session
         if instance.first_request or instance.last_header is None:
-            config: dict[str, Any] = {"model": agent.options.model or ""}
+            seed: dict[str, Any] = {"model": agent.options.model or ""}
         else:
-            config = dict(instance.last_header["config"])
-        config = await self._ctx.waterfall("agent/request", agent, turn, step, config, default=lambda: config)
-        if not config.get("model"):
+            seed = dict(instance.last_header["config"])
+        config = await self._ctx.waterfall("agent/request", agent, turn, step, seed, default=lambda: seed)
+        config = dict(config) if isinstance(config, Mapping) else {}
+        model = config.get("model")
+        if not isinstance(model, str) or not model:
             raise TurnError(
-                f'agent "{agent.id}" has no model: set AgentOptions.model or supply one via the agent/request waterfall',
-                "NO_MODEL",
+                f'agent "{agent.id}" has no model: set AgentOptions.model or supply one via the agent/request waterfall'
             )
         header: dict[str, Any] = {"config": config}
         if system:
@@ -431,20 +578,21 @@ class AgentLoop:
         prefix = instance.prefix or []
         if prefix:
             header["messagePrefix"] = prefix
+        key = _header_key(header)
         if instance.first_request:
             reason = "initial" if instance.last_header is None else "resume"
-            session.append("request/header", {"header": header, "reason": reason})
-            instance.last_header = session.events[-1].data["header"]
-        elif not _same_header(header, instance.last_header):
-            session.append("request/header", {"header": header, "reason": "change"})
-            instance.last_header = session.events[-1].data["header"]
+            logged = session.append("request/header", {"header": header, "reason": reason})
+            instance.last_header, instance.last_header_key = logged.data["header"], key
+        elif key != instance.last_header_key:
+            logged = session.append("request/header", {"header": header, "reason": "change"})
+            instance.last_header, instance.last_header_key = logged.data["header"], key
         instance.first_request = False
 
         messages: Sequence[dict[str, Any]] = [*prefix, *boundary] if prefix else boundary
         if self.dev_checks:
-            _check_request_invariant(session, step_start, prefix, messages)
+            self._check_request_invariant(instance, step_start, prefix, messages)
         request = LlmRequest(
-            model=config["model"],
+            model=model,
             messages=messages,
             system=system or None,
             tools=tools,
@@ -455,24 +603,37 @@ class AgentLoop:
             signal=signal,
         )
         assembler = ChunkAssembler()
+        push = assembler.push
         chunk_seqs: list[int] = []
         append = session.append
-        async for chunk in self._ctx.llm.stream(request):
-            if signal.aborted:
-                raise TurnError(str(signal.reason), "ABORTED")
-            chunk_seqs.append(append("assistant/chunk", {"turn": turn, "step": step, "chunk": chunk}).seq)
-            assembler.push(chunk)
-        finish: dict[str, Any] = dict(assembler.finish) if assembler.finished else {"kind": "stop"}
-        if finish.get("kind") == "error":
-            raise LlmError(str(finish.get("message", "model error")), str(finish.get("code") or "MODEL_ERROR"))
-        if finish.get("kind") == "aborted":
+        stream = self._ctx.llm.stream(request)
+        try:
+            async for chunk in stream:
+                if signal.aborted:
+                    raise TurnError(str(signal.reason), "ABORTED")
+                chunk_seqs.append(append("assistant/chunk", {"turn": turn, "step": step, "chunk": chunk}).seq)
+                push(chunk)
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finish: dict[str, Any] = dict(assembler.finish)
+        kind = finish.get("kind")
+        if kind == "error":
+            code = finish.get("code")
+            raise TurnError(
+                str(finish.get("message") or "model error"), code if isinstance(code, str) else None
+            )
+        if kind == "aborted":
             raise TurnError("model stream aborted", "ABORTED")
-        max_tokens = finish.get("kind") == "max-tokens"
-        content = [dict(b) for b in assembler.blocks()]
+        max_tokens = kind == "max-tokens"
+        content: list[dict[str, Any]] = [dict(b) for b in assembler.blocks()]
         if max_tokens:
             content = [b for b in content if b.get("type") != "tool-call"]
         message: dict[str, Any] = {"role": "assistant", "content": content}
-        message = await self._ctx.waterfall("agent/step-result", agent, turn, step, message, default=lambda: message)
+        message = await self._ctx.waterfall(
+            "agent/step-result", agent, turn, step, message, default=lambda: message
+        )
         content = list(message.get("content") or [])
         usage = assembler.usage
         if content or usage is not None:
@@ -482,21 +643,46 @@ class AgentLoop:
             append("assistant/message", data, surface_op="append", source_event_seqs=chunk_seqs or None)
         calls = [] if max_tokens else [b for b in content if b.get("type") == "tool-call"]
         contexts: list[Any] = []
+        execute = self._ctx.tools.execute
         for call in calls:
             if signal.aborted:
                 raise TurnError(str(signal.reason), "ABORTED")
+            call_id, tool_name = call.get("id"), call.get("name")
             raw = call.get("arguments", "")
             call_event = append(
                 "tool/call",
-                {"turn": turn, "step": step, "callId": call["id"], "name": call["name"], "arguments": raw},
+                {"turn": turn, "step": step, "callId": call_id, "name": tool_name, "arguments": raw},
             )
-            result = await self._ctx.tools.execute(
-                call_id=call["id"], name=call["name"], arguments=_parse_arguments(raw), agent=agent, signal=signal
-            )
+            instance.in_tool = True
+            try:
+                result = await execute(
+                    call_id=call_id, name=tool_name, arguments=_parse_arguments(raw), agent=agent, signal=signal
+                )
+            except asyncio.CancelledError:
+                if not signal.aborted:
+                    raise
+                # The step was aborted while the tool ran: record the call's outcome so the log
+                # keeps every tool/call paired, as a tool honouring its signal would have.
+                text = f"Error: {signal.reason}"
+                append(
+                    "tool/result",
+                    {
+                        "turn": turn,
+                        "step": step,
+                        "callId": call_id,
+                        "content": [{"type": "text", "text": text}],
+                        "isError": True,
+                    },
+                    surface_op="append",
+                    source_event_seqs=[call_event.seq],
+                )
+                raise TurnError(str(signal.reason), "ABORTED") from None
+            finally:
+                instance.in_tool = False
             data = {
                 "turn": turn,
                 "step": step,
-                "callId": call["id"],
+                "callId": call_id,
                 "content": list(result.content),
                 "isError": bool(result.is_error),
             }
@@ -509,8 +695,31 @@ class AgentLoop:
             if signal.aborted:
                 raise TurnError(str(signal.reason), "ABORTED")
         for context in contexts:
-            agent.inject(context.get("content", []), source=context.get("source"))
+            _inject_context(agent, context)
         return StepResult(bool(calls), finish)
+
+    def _check_request_invariant(
+        self,
+        instance: _Instance,
+        step_start: Event,
+        prefix: Sequence[Any],
+        messages: Sequence[Any],
+    ) -> None:
+        """Dev check: the request is the prefix plus the history derived from the raw log
+        before this step's ``step/start`` (by an independent fold, not the session's cache)."""
+        shadow = instance.shadow
+        if shadow is None:
+            shadow = instance.shadow = _ShadowFold()
+        shadow.advance(instance.agent.session, step_start.seq)
+        if not shadow.check(prefix, messages):
+            raise InvariantError(
+                f"request for session {instance.agent.session.id} at seq {step_start.seq} "
+                "differs from the log-derived history"
+            )
+
+
+def _identity(value: Any) -> Any:
+    return value
 
 
 def _parse_arguments(raw: str) -> Any:
@@ -542,25 +751,17 @@ def _error_reason(step: int, exc: BaseException) -> dict[str, Any]:
     return reason
 
 
-def _same_header(header: dict[str, Any], last: dict[str, Any] | None) -> bool:
-    if last is None:
-        return False
+def _header_key(header: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What header equality compares: config field by field, system as a string, tools and
+    prefix as JSON text."""
+    tools = header.get("tools")
+    prefix = header.get("messagePrefix")
     return (
-        header.get("config") == last.get("config")
-        and header.get("system") == last.get("system")
-        and json.dumps(header.get("tools"), sort_keys=False) == json.dumps(last.get("tools"), sort_keys=False)
-        and json.dumps(header.get("messagePrefix")) == json.dumps(last.get("messagePrefix"))
+        header.get("config"),
+        header.get("system"),
+        None if tools is None else _json.dumps(tools),
+        None if prefix is None else _json.dumps(prefix),
     )
-
-
-def _check_request_invariant(
-    session: Session, step_start: Event, prefix: Sequence[Any], messages: Sequence[Any]
-) -> None:
-    expected = [*prefix, *derive_messages(session.events[: step_start.seq])]
-    if list(messages) != expected:
-        raise InvariantError(
-            f"request for session {session.id} at seq {step_start.seq} differs from the log-derived history"
-        )
 
 
 async def apply(ctx: Context, config: Config) -> None:
@@ -569,6 +770,10 @@ async def apply(ctx: Context, config: Config) -> None:
     ctx.defer(loop.dispose)
     for entry in config.agents:
         if entry.resume_session_id:
-            await loop.resume(entry.id, entry.resume_session_id, model=entry.model)
+            try:
+                await loop.resume(entry.id, entry.resume_session_id, model=entry.model)
+            except Exception as exc:
+                # Contracts §3.7: a failed resume is logged and creates no agent.
+                log.error('agent "%s": cannot resume session "%s": %s', entry.id, entry.resume_session_id, exc)
         else:
             loop.create(entry.id, model=entry.model, cwd=entry.cwd or os.getcwd())

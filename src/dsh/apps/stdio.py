@@ -166,6 +166,9 @@ class StdioApp:
         except Exception as exc:
             log.warning("compaction failed: %s", exc)
 
+    def set_stop_input(self, callback: Callable[[], None]) -> None:
+        self._stop_input = callback
+
     def stop_input(self) -> None:
         """End input as if stdin closed (used for Ctrl-C at an idle prompt and SIGTERM)."""
         if self._stop_input is not None:
@@ -213,7 +216,7 @@ class StdioApp:
                 loop.call_soon_threadsafe(lines.put_nowait, None)
 
         threading.Thread(target=reader, name="dsh-stdin", daemon=True).start()
-        self._stop_input = lambda: lines.put_nowait(None)
+        self.set_stop_input(lambda: lines.put_nowait(None))
         try:
             while (line := await lines.get()) is not None:
                 note = self.submit(line)

@@ -1,11 +1,12 @@
-"""Terminal mode of the stdio app: line editing, history, colour, and a live status line.
+"""Terminal mode of the stdio app: line editing, history, colour, and a live waiting indicator.
 
-The prompt stays active at the bottom while the agent streams above it (``patch_stdout``), so a
-line typed during a turn steers it. The bottom toolbar shows "waiting for the model…" with a
-spinner from ``step/start`` until the first token. Each time reading is printed as one dim line
-before the reply, so the user sees exactly what the model was told. Ctrl-C during a turn cancels
-the turn (it ends ``aborted`` and the session stays consistent); Ctrl-C at an idle prompt, or
-Ctrl-D, flushes and leaves.
+The prompt (prompt_toolkit, with history) is active only while the agent is idle; during a turn
+the transcript streams straight to the terminal, so partial lines are never overdrawn. From
+``step/start`` until the first token a one-line spinner says "waiting for the model…". Each
+time reading is printed as one dim line before the reply, so the user sees exactly what the model
+was told. Ctrl-C during a turn cancels it (it ends ``aborted`` and the session stays consistent;
+the terminal is in cooked mode then, so Ctrl-C arrives as SIGINT and the CLI's handler cancels);
+Ctrl-C at the idle prompt, or Ctrl-D, flushes and leaves.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from prompt_toolkit import PromptSession
-from prompt_toolkit.formatted_text import HTML
 from prompt_toolkit.history import FileHistory, InMemoryHistory
-from prompt_toolkit.patch_stdout import patch_stdout
 from rich.console import Console
 from rich.markup import escape
 
@@ -29,64 +28,86 @@ if TYPE_CHECKING:
     from dsh.apps.stdio import StdioApp
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+CLEAR_LINE = "\r\x1b[K"
+
+
+class _Spinner:
+    """A one-line "waiting for the model…" indicator, erased before the first token."""
+
+    def __init__(self, write: "_Writer") -> None:
+        self._write = write
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._spin())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+            self._write(CLEAR_LINE)
+
+    async def _spin(self) -> None:
+        started = time.monotonic()
+        frame = 0
+        while True:
+            waited = int(time.monotonic() - started)
+            self._write(f"{CLEAR_LINE}\x1b[2m{SPINNER[frame % len(SPINNER)]} waiting for the model… {waited}s (Ctrl-C cancels)\x1b[0m")
+            frame += 1
+            await asyncio.sleep(0.1)
+
+
+class _Writer:
+    def __init__(self, stdout: TextIO) -> None:
+        self._stdout = stdout
+
+    def __call__(self, text: str) -> None:
+        self._stdout.write(text)
+        self._stdout.flush()
 
 
 async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
     from dsh.apps.stdio import DIM, RESET, Renderer
 
+    write = _Writer(stdout)
     console = Console(file=stdout, highlight=False, soft_wrap=True)
-    waiting_since: list[float] = []
-
-    def write(text: str) -> None:
-        stdout.write(text)
-        stdout.flush()
-
+    spinner = _Spinner(write)
     renderer = Renderer(app.ctx, write, colour=True, prompt="\n")
-
-    def first_token() -> None:
-        waiting_since.clear()
-
-    def show_reading(text: str) -> None:
-        write(f"{DIM}⏱ {text.replace(chr(10), ' · ')}{RESET}\n")
-
-    renderer.on_first_token = first_token
-    renderer.on_reading = show_reading
+    renderer.on_first_token = spinner.stop
+    renderer.on_reading = lambda text: write(f"{DIM}⏱ {text.replace(chr(10), ' · ')}{RESET}\n")
 
     def on_event(session: Session, event: Event) -> None:
+        if session is not app.agent.session:
+            return
         if event.type == "step/start":
-            waiting_since[:] = [time.monotonic()]
+            spinner.start()
+        elif event.type in ("step/end", "turn/end"):
+            spinner.stop()
+        if event.type == "turn/end" and event.data.get("reason", {}).get("kind") in ("aborted", "error"):
+            reason = event.data["reason"]
+            detail = reason.get("reason") or reason.get("message") or ""
+            write(f"\n{DIM}⊘ turn {reason['kind']}{': ' + detail if detail else ''}{RESET}")
         renderer(session, event)
-
-    def toolbar() -> HTML | str:
-        if waiting_since:
-            frame = SPINNER[int(time.monotonic() * 10) % len(SPINNER)]
-            seconds = int(time.monotonic() - waiting_since[0])
-            return HTML(f"<b>{frame}</b> waiting for the model… {seconds}s  <i>(Ctrl-C cancels)</i>")
-        if app.agent.status == "running":
-            return HTML("<i>running… type to steer, Ctrl-C cancels</i>")
-        return ""
 
     history_path = app.config.history_file
     history = FileHistory(str(Path(history_path).expanduser())) if history_path else InMemoryHistory()
-    prompt: PromptSession[str] = PromptSession(history=history, bottom_toolbar=toolbar, refresh_interval=0.1)
+    prompt: PromptSession[str] = PromptSession(history=history)
     remove = app.ctx.on("session/event", on_event)
-    console.print(f"[bold]{escape(app.config.welcome)}[/bold] [dim]session {escape(app.session_id)}[/dim]")
+    console.print(f"[bold]{escape(app.config.welcome)}[/bold] [dim]session {escape(app.session_id)} · Ctrl-D to leave[/dim]")
+    stop = asyncio.Event()
+    app.set_stop_input(stop.set)
     try:
-        with patch_stdout(raw=True):
-            while True:
-                try:
-                    line = await prompt.prompt_async("> ")
-                except KeyboardInterrupt:
-                    if app.agent.status == "running" or app.agent.queued:
-                        app.agent.cancel("interrupted by the user")
-                        continue
-                    break
-                except EOFError:
-                    break
-                note = app.submit(line)
-                if note:
-                    print(f"dsh: {note}", file=sys.stderr)
-        await app.settle()
+        while not stop.is_set():
+            try:
+                line = await prompt.prompt_async("> ", handle_sigint=False)
+            except (KeyboardInterrupt, EOFError):
+                break
+            note = app.submit(line)
+            if note:
+                print(f"dsh: {note}", file=sys.stderr)
+            await app.settle()
     finally:
+        spinner.stop()
         remove()
-        await asyncio.sleep(0)
+        await app.settle()

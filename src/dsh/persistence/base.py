@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsh.session import Event
+from dsh.session import Event, Session, encode_event, to_json
 
 
 class StoreError(Exception):
@@ -39,7 +39,12 @@ class SessionLocked(StoreError):
 
 
 class CorruptSessionLog(StoreError):
-    """A committed region that cannot be trusted. Messages start with ``corrupt session log``."""
+    """A committed region that cannot be trusted.
+
+    Messages start with ``corrupt session log`` (followed by where: a file path, or a database
+    and session id), except a log with no complete header line: ``empty or header-less session
+    log: <where>``. Raising it never modifies the log.
+    """
 
 
 class AppendSeqMismatch(StoreError):
@@ -47,7 +52,11 @@ class AppendSeqMismatch(StoreError):
 
 
 class UnsupportedVersion(StoreError):
-    pass
+    """A session header (or a database schema) written by a format this build cannot read."""
+
+
+class InvalidSessionId(StoreError, ValueError):
+    """An id a store cannot hold: empty, not a string, or too long once encoded as a file name."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,9 @@ class StoredSession:
     """How many crash-repair closers ``load`` appended."""
     truncated_bytes: int = 0
     """How many torn bytes ``load`` cut from the tail."""
+    session: Session | None = None
+    """The validated live session, when the store built one while checking the log (its
+    ``events`` equal :attr:`events`). Callers may adopt it instead of folding the log again."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +97,7 @@ class SessionStore(abc.ABC):
 
     kind: str = "abstract"
 
-    def locate(self, header: dict[str, Any]) -> str | None:  # noqa: B027 - optional
+    def locate(self, header: dict[str, Any]) -> str | None:
         """Where the session's artifact lives (no I/O); ``None`` when not file-shaped."""
         return None
 
@@ -128,6 +140,17 @@ class SessionStore(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional
         """Release every lock and connection."""
+
+    async def export(self, session_id: str) -> bytes:
+        """The committed log in the JSONL v0 format (header line, one line per event).
+
+        Read-only like :meth:`read`. The default re-encodes what ``read`` returns, which is
+        byte-identical for logs that dsh or the reference wrote.
+        """
+        stored = await self.read(session_id)
+        lines = [to_json({"type": "session", **stored.header}).encode()]
+        lines.extend(encode_event(event) for event in stored.events)
+        return b"\n".join(lines) + b"\n"
 
     def follow(self, session_id: str, after_seq: int) -> AsyncIterator[Event] | None:
         """Events appended after ``after_seq`` by any process, live; ``None`` if unsupported."""

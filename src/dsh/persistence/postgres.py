@@ -1,0 +1,921 @@
+"""Session logs in PostgreSQL: the ``postgres-sessions`` plugin and :class:`PostgresStore`.
+
+This module owns the PostgreSQL backend of the session-store contract (``dsh.persistence.base``,
+contracts §2.1): its schema and versioned migrations, the one-writer-per-session rule across
+hosts (a session-level advisory lock held on a dedicated connection while the session is open),
+the single-statement append, crash repair on ``load``, live tailing over LISTEN/NOTIFY, and the
+lossless move of a session between stores (:meth:`PostgresStore.export`,
+:meth:`PostgresStore.import_session`).
+
+Layout (in the configured schema, ``dsh`` by default):
+
+- ``schema_version(version, applied_at)``: one row per applied migration.
+- ``sessions``: one row per persisted session, written by its first append (a session created
+  but never flushed leaves nothing). ``header_line`` is the exact JSONL header line; ``header``
+  is the same mapping as ``jsonb`` for queries. ``event_count`` (the next seq, which gates
+  appends) and ``modified_ms`` (the last event's time) let ``list`` skip the events.
+- ``events``: keyed by ``(session_id, seq)``. ``line`` is the exact compact JSON line that
+  ``encode_event`` produced and is the record of truth (``jsonb`` reorders keys, so it cannot
+  reproduce the bytes); ``type``, ``time`` and ``data`` (``jsonb``) are a queryable projection.
+
+An exported log is therefore byte-identical to the JSONL store's file for the same session.
+Lines are checked, scanned and repaired with the JSONL store's v0 helpers, as the SQLite store
+does, so all backends accept, refuse and repair the same logs with the same texts; corruption
+messages read ``corrupt session log postgresql://<host:port/db> schema "<s>" (session "<id>"):
+... at row <n>`` where row ``n`` holds seq ``n - 1``.
+
+Plugin: ``name = "postgres-sessions"``, config ``{dsn?, schema?, poolSize?}``, provides
+``session_store`` and mounts the shared write coordinator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import hashlib
+import os
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Final
+
+import msgspec
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from dsh import _json
+from dsh.persistence._paths import encode_session_id
+from dsh.persistence.base import (
+    AppendSeqMismatch,
+    CorruptSessionLog,
+    InvalidSessionId,
+    SessionExists,
+    SessionInfo,
+    SessionLocked,
+    SessionNotFound,
+    SessionStore,
+    StoredSession,
+    StoreError,
+    UnsupportedVersion,
+)
+from dsh.persistence.coordinator import PluginContext, mount_coordinator
+from dsh.persistence.jsonl import (
+    check_header,
+    encode_event_lines,
+    header_line,
+    make_header,
+    parse_header,
+    restore_log,
+    scan_event_lines,
+)
+from dsh.runtime.config import ConfigError
+from dsh.session import Event, Session, decode_event, encode_event
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Config",
+    "PostgresStore",
+    "PostgresUnavailable",
+    "apply",
+    "inject",
+    "name",
+]
+
+name = "postgres-sessions"
+inject: list[str] = []
+
+Connection = psycopg.AsyncConnection[TupleRow]
+
+
+class Config(msgspec.Struct, frozen=True, rename="camel"):
+    """``postgres-sessions`` config: ``dsn``, ``schema``, ``poolSize``."""
+
+    dsn: str | None = None
+    """libpq connection string or URL; falls back to ``$DSH_DATABASE_URL``."""
+    schema: Annotated[str, msgspec.Meta(min_length=1)] = "dsh"
+    pool_size: Annotated[int, msgspec.Meta(ge=1)] = 4
+    """Most pooled connections (reads, listing, removal, import); each open session holds one
+    more, dedicated to its writer lock."""
+
+
+class PostgresUnavailable(StoreError):
+    """The server could not be reached; the text names host, port and database, never a password."""
+
+
+# -- schema ------------------------------------------------------------------------------------
+
+SCHEMA_VERSION: Final = 1
+"""The newest schema this code knows; a database at a newer version is refused, not guessed at."""
+
+_MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
+    (
+        1,
+        (
+            """
+            CREATE TABLE {schema}.sessions (
+                id text PRIMARY KEY,
+                version integer NOT NULL,
+                created_at bigint NOT NULL,
+                cwd text,
+                parent_session text,
+                seed_length integer,
+                header jsonb,
+                header_line text NOT NULL,
+                event_count bigint NOT NULL,
+                modified_ms bigint NOT NULL
+            )
+            """,
+            "CREATE INDEX sessions_newest ON {schema}.sessions (created_at DESC, id DESC)",
+            """
+            CREATE TABLE {schema}.events (
+                session_id text NOT NULL REFERENCES {schema}.sessions (id) ON DELETE CASCADE,
+                seq bigint NOT NULL,
+                type text NOT NULL,
+                time bigint NOT NULL,
+                data jsonb,
+                line text NOT NULL,
+                PRIMARY KEY (session_id, seq)
+            )
+            """,
+            # A statement trigger, so every insert path (append, repair, import, a hand-written
+            # INSERT) wakes followers, once per session per statement; NOTIFY is delivered on
+            # commit, so a woken follower always sees the rows. The payload is the session id
+            # (ids are capped well under NOTIFY's 8000-byte payload limit).
+            """
+            CREATE FUNCTION {schema}.notify_events() RETURNS trigger
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_notify(TG_ARGV[0], s.session_id)
+                FROM (SELECT DISTINCT session_id FROM inserted) AS s;
+                RETURN NULL;
+            END
+            $$
+            """,
+            """
+            CREATE TRIGGER events_notify AFTER INSERT ON {schema}.events
+            REFERENCING NEW TABLE AS inserted
+            FOR EACH STATEMENT EXECUTE FUNCTION {schema}.notify_events({channel})
+            """,
+        ),
+    ),
+)
+
+# Rows whose JSON holds U+0000 cannot be jsonb (PostgreSQL refuses that escape), so their
+# jsonb column stays NULL; the text line is the record of truth and keeps them lossless.
+# The CASE runs per unnest row, never on a constant, so the planner cannot fold the cast early.
+_NUL_ESCAPE: Final = r"E'\\u0000'"
+
+_INSERT_EVENTS: Final = (
+    "INSERT INTO {schema}.events (session_id, seq, type, time, data, line) "
+    "SELECT head.id, e.seq, e.type, e.time, "
+    f"CASE WHEN strpos(e.line, {_NUL_ESCAPE}) = 0 THEN (e.line::jsonb) -> 'data' END, e.line "
+    "FROM head, unnest(%(seqs)s::bigint[], %(types)s::text[], %(times)s::bigint[], "
+    "%(lines)s::text[]) AS e(seq, type, time, line)"
+)
+
+# An append is one statement, hence one transaction and one round trip. The CTE is the gate:
+# the first batch inserts the sessions row (or takes over one that load left with no events),
+# and a later batch bumps event_count; either only if the stored count still equals this
+# batch's first seq, so a racer that got there first makes the gate yield nothing. When the gate
+# yields no row, no event is inserted and the caller reports the mismatch. The events primary
+# key is the backstop that makes two racers fail rather than interleave.
+_APPEND_FIRST: Final = (
+    "WITH head AS ("
+    "INSERT INTO {schema}.sessions (id, version, created_at, cwd, parent_session, seed_length, "
+    "header, header_line, event_count, modified_ms) "
+    "VALUES (%(id)s, %(version)s, %(created_at)s, %(cwd)s, %(parent)s, %(seed_length)s, "
+    "%(header)s::jsonb, %(header_line)s, %(count)s, %(modified)s) "
+    "ON CONFLICT (id) DO UPDATE SET event_count = excluded.event_count, "
+    "modified_ms = excluded.modified_ms WHERE sessions.event_count = 0 RETURNING id) "
+    + _INSERT_EVENTS
+)
+_APPEND_NEXT: Final = (
+    "WITH head AS ("
+    "UPDATE {schema}.sessions SET event_count = %(count)s, modified_ms = %(modified)s "
+    "WHERE id = %(id)s AND event_count = %(first)s RETURNING id) " + _INSERT_EVENTS
+)
+
+
+@dataclass(frozen=True)
+class _Queries:
+    """Every statement, composed once per store with the schema identifier quoted."""
+
+    append_first: sql.Composed
+    append_next: sql.Composed
+    next_seq: sql.Composed
+    exists: sql.Composed
+    header: sql.Composed
+    events: sql.Composed
+    events_after: sql.Composed
+    listing: sql.Composed
+    delete: sql.Composed
+    truncate: sql.Composed
+    set_count: sql.Composed
+    listen: sql.Composed
+    version_table: sql.Composed
+    current_version: sql.Composed
+    create_schema: sql.Composed
+    create_version_table: sql.Composed
+    record_version: sql.Composed
+    migrations: tuple[tuple[int, tuple[sql.Composed, ...]], ...]
+
+    @classmethod
+    def build(cls, schema: str, channel: str) -> _Queries:
+        names = {"schema": sql.Identifier(schema), "channel": sql.Literal(channel)}
+
+        def q(text: str) -> sql.Composed:
+            # Every text is a constant of this module; only the schema and channel vary, and
+            # they go in as a quoted identifier and a literal, never spliced as text.
+            return sql.SQL(text).format(**names)
+
+        return cls(
+            append_first=q(_APPEND_FIRST),
+            append_next=q(_APPEND_NEXT),
+            next_seq=q("SELECT event_count FROM {schema}.sessions WHERE id = %s"),
+            exists=q("SELECT 1 FROM {schema}.sessions WHERE id = %s"),
+            header=q("SELECT header_line FROM {schema}.sessions WHERE id = %s"),
+            events=q("SELECT seq, line FROM {schema}.events WHERE session_id = %s ORDER BY seq"),
+            events_after=q(
+                "SELECT seq, line FROM {schema}.events WHERE session_id = %s AND seq > %s "
+                "ORDER BY seq"
+            ),
+            listing=q(
+                "SELECT header_line, modified_ms, event_count FROM {schema}.sessions "
+                "WHERE event_count > 0 ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s"
+            ),
+            delete=q("DELETE FROM {schema}.sessions WHERE id = %s"),
+            truncate=q("DELETE FROM {schema}.events WHERE session_id = %s AND seq >= %s"),
+            set_count=q(
+                "UPDATE {schema}.sessions SET event_count = %s, modified_ms = %s WHERE id = %s"
+            ),
+            listen=sql.SQL("LISTEN {}").format(sql.Identifier(channel)),
+            version_table=sql.SQL("SELECT to_regclass({})").format(
+                sql.Literal(_qualified(schema, "schema_version"))
+            ),
+            current_version=q("SELECT coalesce(max(version), 0) FROM {schema}.schema_version"),
+            create_schema=q("CREATE SCHEMA IF NOT EXISTS {schema}"),
+            create_version_table=q(
+                "CREATE TABLE IF NOT EXISTS {schema}.schema_version ("
+                "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            ),
+            record_version=q("INSERT INTO {schema}.schema_version (version) VALUES (%s)"),
+            migrations=tuple(
+                (version, tuple(q(statement) for statement in statements))
+                for version, statements in _MIGRATIONS
+            ),
+        )
+
+
+def _qualified(schema: str, table: str) -> str:
+    """``"schema"."table"`` as text, for ``to_regclass`` (which parses a quoted name)."""
+    return '"{}"."{}"'.format(schema.replace('"', '""'), table.replace('"', '""'))
+
+
+def _hash64(*parts: str) -> int:
+    """A stable signed 64-bit key (the argument type of ``pg_advisory_lock``)."""
+    digest = hashlib.sha256("\x00".join(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _channel(schema: str) -> str:
+    # NOTIFY channels are database-wide identifiers of at most 63 bytes; one per schema keeps
+    # stores in different schemas apart, hashed only when the readable name would not fit.
+    readable = f"{schema}.events"
+    if len(readable.encode()) <= 63:
+        return readable
+    return f"dsh.{hashlib.sha256(schema.encode()).hexdigest()[:16]}.events"
+
+
+# -- encoding and ids --------------------------------------------------------------------------
+#
+# The v0 line format (header line, checked event lines, the committed-region scan, crash
+# repair) is the JSONL store's, reused as the SQLite store does, so every backend accepts,
+# refuses and repairs the same logs with the same texts.
+
+
+def _row_number(index: int) -> str:
+    """Where the event at ``index`` is: its 1-based row in seq order (row ``n`` holds seq n-1)."""
+    return f"row {index + 1}"
+
+
+def _check_id(session_id: object) -> str:
+    """``session_id`` if every store can hold it, else :class:`InvalidSessionId`.
+
+    The file stores' limits apply here too (so a session can always move to them), plus
+    PostgreSQL's own: ``text`` holds no NUL and no lone surrogate.
+    """
+    if type(session_id) is not str:
+        raise InvalidSessionId(f"session id must be a string, got {type(session_id).__name__}")
+    encode_session_id(session_id)
+    if "\x00" in session_id:
+        raise InvalidSessionId("session id must not contain NUL characters")
+    try:
+        session_id.encode()
+    except UnicodeEncodeError:
+        raise InvalidSessionId("session id is not valid Unicode text (lone surrogate)") from None
+    return session_id
+
+
+def _column(text: str | None) -> str | None:
+    """A projection column's copy of ``text``; NUL (which ``text`` refuses) becomes U+FFFD.
+
+    Only the queryable projections are lossy this way; the JSON lines keep the exact value.
+    """
+    if text is None or "\x00" not in text:
+        return text
+    return text.replace("\x00", "\ufffd")
+
+
+@dataclass
+class _Parsed:
+    """A persisted session as scanned: the preserved prefix, its session and what load fixes."""
+
+    header: dict[str, Any]
+    header_line: str
+    events: list[Event]
+    session: Session
+    closers: list[Event]
+    lines: list[bytes]
+    rows: int
+    """Rows stored; more than ``len(events)`` when a tail past the last turn/end is unusable."""
+    torn_bytes: int
+
+
+# -- connection errors -------------------------------------------------------------------------
+
+
+def _describe_target(params: Mapping[str, str]) -> str:
+    """``host:port/db`` as libpq would resolve it (explicit values, then ``PG*`` defaults)."""
+    host = params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "localhost"
+    port = params.get("port") or os.environ.get("PGPORT") or "5432"
+    user = params.get("user") or os.environ.get("PGUSER") or getpass.getuser()
+    db = params.get("dbname") or os.environ.get("PGDATABASE") or user
+    return f"{host}:{port}/{db}"
+
+
+def _one_line(reason: str, secret: str | None) -> str:
+    """A libpq message as one line, with any password masked (known, or DSN-shaped)."""
+    if secret:
+        reason = reason.replace(secret, "***")
+    reason = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", reason)
+    reason = re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", reason, flags=re.I)
+    reason = re.sub(r"\s+", " ", reason).strip()
+    return reason.removeprefix("connection failed: ") or "connection failed"
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Open:
+    """A session this store writes: its header and the connection holding its writer lock."""
+
+    header: dict[str, Any]
+    header_line: str
+    conn: Connection
+    count: int = 0
+    # Serialises use of ``conn``: one statement at a time, and release waits for an append.
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class PostgresStore(SessionStore):
+    """Session logs in PostgreSQL; safe for many processes on many hosts sharing one database.
+
+    Construction does no I/O. The first operation connects, applies migrations and opens the
+    pool; :meth:`open` does that eagerly.
+
+    Each open session costs one server connection: the one holding its writer lock. Its appends
+    go through that same connection, which fences a writer that lost its lock: if the
+    connection dropped (and with it the lock), the append fails instead of racing the next
+    holder. Reads, listing, removal and import use the pool.
+    """
+
+    kind = "postgres"
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "dsh",
+        pool_size: int = 4,
+        connect_timeout: float = 10.0,
+        follow_poll_s: float = 10.0,
+    ) -> None:
+        dsn = dsn or os.environ.get("DSH_DATABASE_URL")
+        if not dsn:
+            raise StoreError("no PostgreSQL dsn given and $DSH_DATABASE_URL is not set")
+        if not schema:
+            raise StoreError("PostgreSQL schema name must not be empty")
+        if pool_size < 1:
+            raise StoreError(f"PostgreSQL poolSize must be at least 1, got {pool_size}")
+        try:
+            params = conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError as exc:
+            raise StoreError(f"invalid PostgreSQL dsn: {_one_line(str(exc), None)}") from None
+        extra: dict[str, Any] = {}
+        if "connect_timeout" not in params:
+            extra["connect_timeout"] = max(1, round(connect_timeout))
+        if "application_name" not in params:
+            extra["application_name"] = "dsh"
+        self.schema = schema
+        self._conninfo = make_conninfo(dsn, **extra)
+        self._target = _describe_target({k: str(v) for k, v in params.items()})
+        self._password = str(params["password"]) if params.get("password") else None
+        self._pool_size = pool_size
+        self._connect_timeout = connect_timeout
+        self._follow_poll_s = follow_poll_s
+        self._channel = _channel(schema)
+        self._q = _Queries.build(schema, self._channel)
+        self._migrate_key = _hash64("dsh-migrate", schema)
+        self._pool: AsyncConnectionPool[Connection] | None = None
+        self._ready_lock = asyncio.Lock()
+        self._open: dict[str, _Open] = {}
+        self._followers: set[Connection] = set()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._target!r}, schema={self.schema!r})"
+
+    @property
+    def target(self) -> str:
+        """``host:port/db`` of the server (never the password), for messages."""
+        return self._target
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, migrate and open the pool now rather than on first use."""
+        await self._ready()
+
+    async def _ready(self) -> AsyncConnectionPool[Connection]:
+        if self._pool is not None:
+            return self._pool
+        async with self._ready_lock:
+            if self._closed:
+                raise StoreError("PostgreSQL session store is closed")
+            if self._pool is not None:
+                return self._pool
+            conn = await self._connect()
+            try:
+                await self._migrate(conn)
+            finally:
+                await conn.close()
+            pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+                self._conninfo,
+                min_size=1,
+                max_size=self._pool_size,
+                kwargs={"autocommit": True},
+                open=False,
+                name=f"dsh-sessions-{self.schema}",
+                timeout=self._connect_timeout,
+            )
+            try:
+                await pool.open(wait=True, timeout=self._connect_timeout)
+            except PoolTimeout as exc:
+                await pool.close()
+                raise self._unavailable(str(exc)) from None
+            self._pool = pool
+            return pool
+
+    async def _connect(self) -> Connection:
+        """A fresh autocommit connection, with the reference's one-line error when it fails."""
+        try:
+            return await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise self._unavailable(str(exc)) from None
+
+    def _unavailable(self, reason: str) -> PostgresUnavailable:
+        return PostgresUnavailable(
+            f"cannot connect to PostgreSQL at {self._target}: {_one_line(reason, self._password)}"
+        )
+
+    @contextlib.asynccontextmanager
+    async def _pooled(self) -> AsyncIterator[Connection]:
+        pool = await self._ready()
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise self._unavailable(str(exc)) from None
+
+    async def _migrate(self, conn: Connection) -> None:
+        """Bring the schema to :data:`SCHEMA_VERSION`, or refuse a newer one.
+
+        The common case (already current) is two reads and no lock. Otherwise everything runs in
+        one transaction under a transaction-scoped advisory lock, so concurrent first uses in
+        many processes serialise: the later ones re-read the version inside the lock and find
+        nothing left to do, and a failed migration leaves no half-made schema.
+        """
+        q = self._q
+        row = await (await conn.execute(q.version_table)).fetchone()
+        if row is not None and row[0] is not None:
+            current = await self._current_version(conn)
+            if current == SCHEMA_VERSION:
+                return
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._migrate_key,))
+            await conn.execute(q.create_schema)
+            await conn.execute(q.create_version_table)
+            current = await self._current_version(conn)
+            for version, statements in q.migrations:
+                if version <= current:
+                    continue
+                for statement in statements:
+                    await conn.execute(statement)
+                await conn.execute(q.record_version, (version,))
+
+    async def _current_version(self, conn: Connection) -> int:
+        row = await (await conn.execute(self._q.current_version)).fetchone()
+        current = int(row[0]) if row is not None else 0
+        if current > SCHEMA_VERSION:
+            raise UnsupportedVersion(
+                f'PostgreSQL schema "{self.schema}" at {self._target} is at version {current}, '
+                f"newer than this dsh supports ({SCHEMA_VERSION}); upgrade dsh"
+            )
+        return current
+
+    async def close(self) -> None:
+        """Release every writer lock, stop followers and close the pool."""
+        self._closed = True
+        for session_id in list(self._open):
+            await self.release(session_id)
+        for conn in list(self._followers):
+            await conn.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # -- writer locks --------------------------------------------------------------------------
+
+    def _lock_key(self, session_id: str) -> int:
+        return _hash64(self.schema, session_id)
+
+    async def _lock(self, session_id: str) -> Connection:
+        """A dedicated connection holding the session's advisory lock, or :class:`SessionLocked`.
+
+        Not a pooled connection: the lock is session-level, so it lives exactly as long as this
+        connection, and the server drops it when the holder's process dies (its socket closes).
+        """
+        await self._ready()
+        conn = await self._connect()
+        try:
+            row = await (
+                await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_key(session_id),))
+            ).fetchone()
+        except BaseException:
+            await conn.close()
+            raise
+        if row is None or row[0] is not True:
+            await conn.close()
+            raise SessionLocked(session_id)
+        return conn
+
+    async def _unlock(self, conn: Connection, session_id: str) -> None:
+        """Drop the writer lock, then its connection.
+
+        Unlocking explicitly matters: a closed connection's locks are freed only when its server
+        process notices and exits, a moment later, and a caller may retry at once.
+        """
+        try:
+            if not conn.closed and not conn.broken:
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (self._lock_key(session_id),))
+        except psycopg.Error:
+            pass  # a dead connection has already dropped its lock
+        finally:
+            await conn.close()
+
+    # -- the contract --------------------------------------------------------------------------
+
+    async def create(self, header: dict[str, Any]) -> None:
+        clean = make_header(header)
+        session_id: str = _check_id(clean["id"])
+        if session_id in self._open:
+            raise SessionExists(f'session "{session_id}" already exists in this backend')
+        conn = await self._lock(session_id)
+        try:
+            # Checked under the lock: only a lock holder materialises, so the answer holds.
+            row = await (await conn.execute(self._q.exists, (session_id,))).fetchone()
+            if row is not None:
+                raise SessionExists(
+                    f'session "{session_id}" already has a persisted log on disk; '
+                    "load/resume it instead of creating"
+                )
+        except BaseException:
+            await self._unlock(conn, session_id)
+            raise
+        self._open[session_id] = _Open(clean, header_line(clean).decode(), conn)
+
+    async def append(self, session_id: str, events: Sequence[Event]) -> None:
+        tracked = self._open.get(session_id)
+        if tracked is None:
+            raise StoreError(f'session "{session_id}" is not open in this backend')
+        async with tracked.busy:
+            lines = encode_event_lines(session_id, events, tracked.count)
+            if not lines:
+                return
+            try:
+                await self._write(
+                    tracked.conn, session_id, tracked.header, tracked.header_line, events, lines
+                )
+            except psycopg.OperationalError as exc:
+                if not (tracked.conn.closed or tracked.conn.broken):
+                    raise
+                # The lock died with its connection; another process may hold it by now, so
+                # this writer must not carry on (the events above were not written).
+                raise StoreError(
+                    f'session "{session_id}" lost the connection holding its writer lock '
+                    f"({_one_line(str(exc), self._password)}); load it again"
+                ) from None
+            tracked.count += len(lines)
+
+    async def _write(
+        self,
+        conn: Connection,
+        session_id: str,
+        header: Mapping[str, Any],
+        line_of_header: str,
+        events: Sequence[Event],
+        lines: Sequence[bytes],
+    ) -> None:
+        """Insert one checked, contiguous batch in one statement, or raise a seq mismatch.
+
+        Autocommit makes the statement its own transaction. Inside a caller's transaction it
+        runs under a savepoint, so a primary-key failure can still be diagnosed.
+        """
+        first = events[0].seq
+        params: dict[str, Any] = {
+            "id": session_id,
+            "first": first,
+            "count": first + len(events),
+            "modified": events[-1].time,
+            "seqs": [e.seq for e in events],
+            "types": [_column(e.type) for e in events],
+            "times": [e.time for e in events],
+            "lines": [line.decode() for line in lines],
+        }
+        if first == 0:
+            header_json = _json.dumps(dict(header))
+            params.update(
+                version=header["version"],
+                created_at=header["createdAt"],
+                cwd=_column(header.get("cwd")),
+                parent=_column(header.get("parentSession")),
+                seed_length=header.get("seedLength"),
+                header=None if "\\u0000" in header_json else header_json,
+                header_line=line_of_header,
+            )
+            statement = self._q.append_first
+        else:
+            statement = self._q.append_next
+        in_transaction = conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        try:
+            async with conn.transaction() if in_transaction else contextlib.nullcontext():
+                written = (await conn.execute(statement, params)).rowcount
+        except psycopg.errors.UniqueViolation:
+            written = 0
+        if written != len(events):
+            row = await (await conn.execute(self._q.next_seq, (session_id,))).fetchone()
+            stored = int(row[0]) if row is not None else 0
+            raise AppendSeqMismatch(
+                f'append seq mismatch for "{session_id}": expected {stored} at index 0, got {first}'
+            )
+
+    async def _parse(self, conn: Connection, session_id: str, *, repair: bool) -> _Parsed:
+        """Read one snapshot of a persisted session and check it as the JSONL store does.
+
+        A tail past the last ``turn/end`` that does not scan is set aside (``rows`` tells how
+        many were stored) rather than refused, exactly as a torn file tail is; committed rows
+        are atomic, so only a hand edit produces one.
+        """
+        _check_id(session_id)
+        where = self._where(session_id)
+        # REPEATABLE READ: the header and the rows come from one snapshot, so a concurrent
+        # first append cannot show a header without its rows.
+        async with conn.transaction():
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            row = await (await conn.execute(self._q.header, (session_id,))).fetchone()
+            if row is None:
+                raise SessionNotFound(session_id)
+            rows = await (await conn.execute(self._q.events, (session_id,))).fetchall()
+        line_of_header: str = row[0]
+        header = parse_header(line_of_header.encode(), where)
+        check_header(header, session_id, where)
+        lines = [line.encode() for _, line in rows]
+        events = scan_event_lines(lines, where, _row_number)
+        for index, event in enumerate(events):
+            if rows[index][0] != event.seq:  # the key column disagrees with the line
+                raise CorruptSessionLog(
+                    f"corrupt session log {where}: row {index + 1} is keyed seq "
+                    f"{rows[index][0]} but its line holds seq {event.seq}"
+                )
+        session, closers = restore_log(
+            session_id, header, events, where, repair=repair, position=_row_number
+        )
+        kept = len(events)
+        return _Parsed(
+            header,
+            line_of_header,
+            events,
+            session,
+            closers,
+            lines[:kept],
+            len(rows),
+            sum(len(line) + 1 for line in lines[kept:]),
+        )
+
+    def _where(self, session_id: str) -> str:
+        return f'postgresql://{self._target} schema "{self.schema}" (session "{session_id}")'
+
+    async def load(self, session_id: str) -> StoredSession:
+        if _check_id(session_id) in self._open:
+            raise SessionExists(f'session "{session_id}" already exists in this backend')
+        conn = await self._lock(session_id)
+        try:
+            parsed = await self._parse(conn, session_id, repair=True)
+            kept = len(parsed.events)
+            if parsed.rows > kept or parsed.closers:
+                # Set the unusable tail aside and close the interrupted turn in one transaction,
+                # durable before anyone sees the session: a resumed loop appends after them.
+                async with conn.transaction():
+                    if parsed.rows > kept:
+                        await conn.execute(self._q.truncate, (session_id, kept))
+                        last = parsed.events[-1].time if parsed.events else 0
+                        await conn.execute(self._q.set_count, (kept, last, session_id))
+                    if parsed.closers:
+                        closers = parsed.closers
+                        await self._write(
+                            conn,
+                            session_id,
+                            parsed.header,
+                            parsed.header_line,
+                            closers,
+                            [encode_event(event) for event in closers],
+                        )
+        except BaseException:
+            await self._unlock(conn, session_id)
+            raise
+        events = parsed.events + parsed.closers if parsed.closers else parsed.events
+        self._open[session_id] = _Open(parsed.header, parsed.header_line, conn, len(events))
+        return StoredSession(
+            header=parsed.header,
+            events=events,
+            repaired=len(parsed.closers),
+            truncated_bytes=parsed.torn_bytes,
+            session=parsed.session,
+        )
+
+    async def read(self, session_id: str) -> StoredSession:
+        async with self._pooled() as conn:
+            parsed = await self._parse(conn, session_id, repair=False)
+        return StoredSession(header=parsed.header, events=parsed.events, session=parsed.session)
+
+    async def list(self, *, limit: int | None = None, offset: int = 0) -> list[SessionInfo]:
+        async with self._pooled() as conn:
+            cursor = await conn.execute(self._q.listing, (limit, max(0, offset)))
+            rows = await cursor.fetchall()
+        infos: list[SessionInfo] = []
+        for line, modified_ms, count in rows:
+            try:
+                header = parse_header(line.encode(), self._target)
+            except StoreError:
+                continue  # as the file stores skip an unreadable log rather than fail the list
+            infos.append(
+                SessionInfo(header, modified_ms=int(modified_ms), extra={"events": int(count)})
+            )
+        return infos
+
+    async def remove(self, session_id: str) -> None:
+        if _check_id(session_id) in self._open:
+            raise SessionLocked(session_id)
+        async with self._pooled() as conn, conn.transaction():
+            # A transaction-scoped try-lock conflicts with a holder's session-level lock, so an
+            # open session (in any process) is never deleted under its writer.
+            row = await (
+                await conn.execute(
+                    "SELECT pg_try_advisory_xact_lock(%s)", (self._lock_key(session_id),)
+                )
+            ).fetchone()
+            if row is None or row[0] is not True:
+                raise SessionLocked(session_id)
+            cursor = await conn.execute(self._q.delete, (session_id,))
+            if cursor.rowcount == 0:
+                raise SessionNotFound(session_id)
+
+    def stored_count(self, session_id: str) -> int | None:
+        tracked = self._open.get(session_id)
+        return None if tracked is None else tracked.count
+
+    async def release(self, session_id: str) -> None:
+        tracked = self._open.pop(session_id, None)
+        if tracked is None:
+            return
+        async with tracked.busy:
+            await self._unlock(tracked.conn, session_id)
+
+    # -- live tailing --------------------------------------------------------------------------
+
+    def follow(self, session_id: str, after_seq: int) -> AsyncIterator[Event]:
+        """Events with ``seq > after_seq`` appended by any process, as they commit.
+
+        The iterator LISTENs first and then reads, so nothing committed in between is missed;
+        each notification for the session (and, as a safety net, every ``follow_poll_s``
+        seconds) triggers a re-read of the rows after the last seen seq. It runs until the
+        consumer closes it or the store closes, and owns one dedicated connection.
+        """
+        return self._follow(_check_id(session_id), after_seq)
+
+    async def _follow(self, session_id: str, after_seq: int) -> AsyncIterator[Event]:
+        await self._ready()
+        conn = await self._connect()
+        self._followers.add(conn)
+        try:
+            await conn.execute(self._q.listen)
+            last = after_seq
+            while True:
+                cursor = await conn.execute(self._q.events_after, (session_id, last))
+                for seq, line in await cursor.fetchall():
+                    last = seq
+                    yield decode_event(line.encode())
+                # Any notification for this session means "re-read"; a batch may carry several,
+                # and the re-read covers them all.
+                async with contextlib.aclosing(conn.notifies(timeout=self._follow_poll_s)) as gen:
+                    async for note in gen:
+                        if note.payload == session_id:
+                            break
+        except psycopg.OperationalError:
+            if self._closed:
+                return  # close() pulled the connection from under the wait
+            raise
+        finally:
+            self._followers.discard(conn)
+            await conn.close()
+
+    # -- moving sessions between stores --------------------------------------------------------
+
+    async def export(self, session_id: str) -> bytes:
+        """The session as JSONL bytes, identical to the JSONL store's file: header, then events.
+
+        The stored lines are returned as written (nothing is re-encoded), after the same checks
+        as :meth:`read`; like it, this takes no lock.
+        """
+        async with self._pooled() as conn:
+            parsed = await self._parse(conn, session_id, repair=False)
+        head = parsed.header_line.encode()
+        return b"".join(line + b"\n" for line in [head, *parsed.lines])
+
+    export_lines = export
+    """The name the PostgreSQL issue gave :meth:`export`."""
+
+    async def import_session(self, header: Mapping[str, Any], events: Sequence[Event]) -> None:
+        """Persist a whole session taken from another store (``read`` of any backend).
+
+        Events keep their exact lines (``encode_event`` reproduces what dsh or the reference
+        wrote); the header is normalised as ``create`` does, so an export from here matches the
+        JSONL file of the same session. The log is checked as an append and a resume would
+        check it; the id must not be
+        persisted here (:class:`SessionExists`) nor open anywhere (:class:`SessionLocked`). An
+        empty log writes nothing, as a never-flushed session leaves nothing.
+        """
+        clean = make_header(header)
+        session_id: str = _check_id(clean["id"])
+        lines = encode_event_lines(session_id, events, 0)
+        restore_log(session_id, clean, list(events), f"import of {session_id!r}", repair=False)
+        if not lines:
+            return
+        if session_id in self._open:
+            raise SessionLocked(session_id)
+        async with self._pooled() as conn, conn.transaction():
+            row = await (
+                await conn.execute(
+                    "SELECT pg_try_advisory_xact_lock(%s)", (self._lock_key(session_id),)
+                )
+            ).fetchone()
+            if row is None or row[0] is not True:
+                raise SessionLocked(session_id)
+            if await (await conn.execute(self._q.exists, (session_id,))).fetchone() is not None:
+                raise SessionExists(
+                    f'session "{session_id}" already has a persisted log on disk; '
+                    "load/resume it instead of creating"
+                )
+            await self._write(conn, session_id, clean, header_line(clean).decode(), events, lines)
+
+
+# -- plugin ------------------------------------------------------------------------------------
+
+
+async def apply(ctx: PluginContext, config: Config) -> None:
+    """Provide ``session_store`` backed by PostgreSQL and mount the shared write path."""
+    dsn = config.dsn or os.environ.get("DSH_DATABASE_URL")
+    if not dsn:
+        raise ConfigError("$.dsn: missing required value (or set $DSH_DATABASE_URL)")
+    store = PostgresStore(dsn, schema=config.schema, pool_size=config.pool_size)
+    ctx.defer(store.close)
+    # Connect and migrate now: an unreachable server should fail the app at startup with the
+    # clear error, not at the first flush after the user has typed a turn.
+    await store.open()
+    ctx.provide("session_store", store)
+    mount_coordinator(ctx, store)

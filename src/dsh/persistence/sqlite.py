@@ -1,0 +1,431 @@
+"""The SQLite session store and its plugin (contracts §2.4).
+
+Owns :class:`SqliteStore`: the schema (``PRAGMA user_version = 4``, WAL), one transaction per
+append, the ``sessions`` row written by the first append (a session created but never flushed
+leaves nothing), and load with the JSONL store's corruption and crash-repair rules applied per
+row. Writer locks are ``flock`` files beside the database, in ``<db>.locks/``.
+
+Each ``events`` row keeps the exact compact JSON line (``line``) that the JSONL store would write,
+and ``sessions.header`` the exact header line, so :meth:`SqliteStore.export` is byte-identical to
+the JSONL file of the same session. ``line`` is the record of truth; ``type``, ``time``, ``data``,
+``source_event_seqs`` and ``surface_op`` are a queryable projection of it. Corruption messages read
+``corrupt session log <db> (session "<id>"): ... at row <n>`` where row ``n`` (1-based) holds
+seq ``n - 1``.
+
+Plugin: ``name = "sqlite-sessions"``, config ``{path}`` (required), provides ``session_store``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from dsh import _json
+from dsh.persistence._locks import WriterLock, acquire
+from dsh.persistence._paths import encode_session_id, ensure_private_dir
+from dsh.persistence.base import (
+    CorruptSessionLog,
+    SessionExists,
+    SessionInfo,
+    SessionLocked,
+    SessionNotFound,
+    SessionStore,
+    StoredSession,
+    StoreError,
+    UnsupportedVersion,
+)
+from dsh.persistence.coordinator import PluginContext, mount_coordinator
+from dsh.persistence.jsonl import (
+    check_header,
+    encode_event_lines,
+    gc_paused,
+    header_line,
+    make_header,
+    parse_header,
+    restore_log,
+    scan_event_lines,
+)
+from dsh.session import Event, Session, encode_event
+
+__all__ = ["SCHEMA_VERSION", "Config", "SqliteStore", "apply", "inject", "name"]
+
+SCHEMA_VERSION = 4
+
+_SCHEMA = """
+CREATE TABLE sessions(
+    id TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    cwd TEXT,
+    parent_session TEXT,
+    seed_length INTEGER,
+    header TEXT NOT NULL
+);
+CREATE TABLE events(
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    time INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    source_event_seqs TEXT,
+    surface_op TEXT,
+    line TEXT NOT NULL,
+    PRIMARY KEY(session_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX sessions_by_created ON sessions(created_at DESC, id);
+"""
+
+
+@dataclass
+class _OpenSession:
+    header: dict[str, Any]
+    lock: WriterLock
+    count: int = 0
+    materialised: bool = False
+
+
+@dataclass
+class _Parsed:
+    header: dict[str, Any]
+    events: list[Event]
+    session: Session
+    closers: list[Event]
+    rows: int
+    torn_bytes: int
+    header_line: bytes
+    lines: list[bytes]
+
+
+class SqliteStore(SessionStore):
+    """Session logs as rows of one SQLite database file (see the module docstring)."""
+
+    kind = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        self.lock_dir = self.path + ".locks"
+        self._db: sqlite3.Connection | None = None
+        self._open: dict[str, _OpenSession] = {}
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({self.path!r})"
+
+    # -- connection --------------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is not None:
+            return self._db
+        ensure_private_dir(os.path.dirname(self.path))
+        if not os.path.exists(self.path):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                os.fchmod(fd, 0o600)  # SQLite gives -wal and -shm the database file's mode
+                os.close(fd)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10)
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = FULL")
+            self._migrate(db)
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+        return db
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+            if version == 0:
+                tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+                if tables:
+                    raise UnsupportedVersion(
+                        f"{self.path} is not a dsh session database (user_version 0, not empty)"
+                    )
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version != SCHEMA_VERSION:
+                raise UnsupportedVersion(
+                    f"unsupported session database schema version {version} in {self.path} "
+                    f"(expected {SCHEMA_VERSION})"
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _where(self, session_id: str) -> str:
+        return f'{self.path} (session "{session_id}")'
+
+    # -- writing -----------------------------------------------------------------------------
+
+    async def create(self, header: dict[str, Any]) -> None:
+        clean = make_header(header)
+        session_id: str = clean["id"]
+        if session_id in self._open:
+            raise SessionExists(f'session "{session_id}" already exists in this backend')
+        db = self._conn()
+        lock = acquire(self.lock_dir, session_id)
+        try:
+            row = db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            if row is not None:
+                raise SessionExists(
+                    f'session "{session_id}" already has a persisted log on disk; '
+                    "load/resume it instead of creating"
+                )
+        except BaseException:
+            lock.release()
+            raise
+        self._open[session_id] = _OpenSession(clean, lock)
+
+    async def append(self, session_id: str, events: Sequence[Event]) -> None:
+        entry = self._open.get(session_id)
+        if entry is None:
+            raise StoreError(f'session "{session_id}" is not open in this backend')
+        lines = encode_event_lines(session_id, events, entry.count)
+        if not lines:
+            return
+        rows = [_row(session_id, event, line) for event, line in zip(events, lines, strict=True)]
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if not entry.materialised:
+                header = entry.header
+                try:
+                    db.execute(
+                        "INSERT INTO sessions(id, version, created_at, cwd, parent_session, "
+                        "seed_length, header) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            session_id,
+                            header["version"],
+                            header["createdAt"],
+                            header.get("cwd"),
+                            header.get("parentSession"),
+                            header.get("seedLength"),
+                            header_line(header).decode(),
+                        ),
+                    )
+                except sqlite3.IntegrityError:
+                    raise SessionExists(
+                        f'session "{session_id}" already has a persisted log on disk; '
+                        "load/resume it instead of creating"
+                    ) from None
+            db.executemany(
+                "INSERT INTO events(session_id, seq, type, time, data, source_event_seqs, "
+                "surface_op, line) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        entry.materialised = True
+        entry.count += len(lines)
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def _exists(self, session_id: str) -> bool:
+        if self._db is None and not os.path.exists(self.path):
+            return False
+        row = self._conn().execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,))
+        return row.fetchone() is not None
+
+    def _parse(self, session_id: str, *, repair: bool) -> _Parsed:
+        encode_session_id(session_id)
+        if self._db is None and not os.path.exists(self.path):
+            raise SessionNotFound(session_id)
+        db = self._conn()
+        where = self._where(session_id)
+        db.text_factory = bytes
+        try:
+            db.execute("BEGIN")  # one snapshot for both reads
+            try:
+                row = db.execute(
+                    "SELECT header FROM sessions WHERE id = ?", (session_id,)
+                ).fetchone()
+                if row is None:
+                    raise SessionNotFound(session_id)
+                rows = db.execute(
+                    "SELECT seq, line FROM events WHERE session_id = ? ORDER BY seq",
+                    (session_id,),
+                ).fetchall()
+            finally:
+                db.execute("COMMIT")
+        finally:
+            db.text_factory = str
+        line_of_header: bytes = row[0]
+        header = parse_header(line_of_header, where)
+        check_header(header, session_id, where)
+        lines: list[bytes] = [line for _, line in rows]
+        with gc_paused():
+            events = scan_event_lines(lines, where, _row_number)
+            for index, event in enumerate(events):
+                if rows[index][0] != event.seq:  # the key column disagrees with the line
+                    raise CorruptSessionLog(
+                        f"corrupt session log {where}: row {index + 1} is keyed seq "
+                        f"{rows[index][0]} but its line holds seq {event.seq}"
+                    )
+            session, closers = restore_log(
+                session_id, header, events, where, repair=repair, position=_row_number
+            )
+        torn = sum(len(line) for line in lines[len(events) :])
+        return _Parsed(
+            header, events, session, closers, len(rows), torn, line_of_header, lines[: len(events)]
+        )
+
+    async def load(self, session_id: str) -> StoredSession:
+        if session_id in self._open:
+            raise SessionExists(f'session "{session_id}" already exists in this backend')
+        encode_session_id(session_id)
+        if not self._exists(session_id):  # fail fast, creating nothing
+            raise SessionNotFound(session_id)
+        db = self._conn()
+        lock = acquire(self.lock_dir, session_id)
+        try:
+            parsed = self._parse(session_id, repair=True)
+            kept = len(parsed.events)
+            if parsed.rows > kept or parsed.closers:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.execute(
+                        "DELETE FROM events WHERE session_id = ? AND seq >= ?", (session_id, kept)
+                    )
+                    db.executemany(
+                        "INSERT INTO events(session_id, seq, type, time, data, "
+                        "source_event_seqs, surface_op, line) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [_row(session_id, event, encode_event(event)) for event in parsed.closers],
+                    )
+                    db.execute("COMMIT")
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+        except BaseException:
+            lock.release()
+            raise
+        events = parsed.events + parsed.closers if parsed.closers else parsed.events
+        self._open[session_id] = _OpenSession(
+            parsed.header, lock, count=len(events), materialised=True
+        )
+        return StoredSession(
+            header=parsed.header,
+            events=events,
+            repaired=len(parsed.closers),
+            truncated_bytes=parsed.torn_bytes,
+            session=parsed.session,
+        )
+
+    async def read(self, session_id: str) -> StoredSession:
+        parsed = self._parse(session_id, repair=False)
+        return StoredSession(header=parsed.header, events=parsed.events, session=parsed.session)
+
+    async def export(self, session_id: str) -> bytes:
+        parsed = self._parse(session_id, repair=False)
+        return b"".join(line + b"\n" for line in [parsed.header_line, *parsed.lines])
+
+    async def list(self, *, limit: int | None = None, offset: int = 0) -> list[SessionInfo]:
+        if not os.path.exists(self.path) and self._db is None:
+            return []
+        db = self._conn()
+        rows = db.execute(
+            "SELECT header FROM sessions AS s "
+            "WHERE EXISTS (SELECT 1 FROM events AS e WHERE e.session_id = s.id) "
+            "ORDER BY created_at DESC, id LIMIT ? OFFSET ?",
+            (-1 if limit is None else limit, offset),
+        ).fetchall()
+        infos = []
+        for (text,) in rows:
+            try:
+                header = parse_header(text.encode(), self.path)
+            except StoreError:
+                continue
+            infos.append(SessionInfo(header=header))
+        return infos
+
+    async def remove(self, session_id: str) -> None:
+        if session_id in self._open:
+            raise SessionLocked(session_id)
+        encode_session_id(session_id)
+        if not self._exists(session_id):
+            raise SessionNotFound(session_id)
+        db = self._conn()
+        lock = acquire(self.lock_dir, session_id)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+                gone = db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            if not gone:
+                raise SessionNotFound(session_id)
+        finally:
+            lock.release()
+
+    # -- tracking ----------------------------------------------------------------------------
+
+    def stored_count(self, session_id: str) -> int | None:
+        entry = self._open.get(session_id)
+        return None if entry is None else entry.count
+
+    async def release(self, session_id: str) -> None:
+        entry = self._open.pop(session_id, None)
+        if entry is not None:
+            entry.lock.release()
+
+    async def close(self) -> None:
+        for session_id in list(self._open):
+            await self.release(session_id)
+        if self._db is not None:
+            db, self._db = self._db, None
+            db.close()
+
+
+def _row_number(index: int) -> str:
+    return f"row {index + 1}"
+
+
+def _row(session_id: str, event: Event, line: bytes) -> tuple[Any, ...]:
+    return (
+        session_id,
+        event.seq,
+        event.type,
+        event.time,
+        _json.encode(event.data).decode(),
+        None if event.source_event_seqs is None else _json.encode(event.source_event_seqs).decode(),
+        None if event.surface_op is None else _json.encode(event.surface_op).decode(),
+        line.decode(),
+    )
+
+
+# -- plugin ----------------------------------------------------------------------------------
+
+name = "sqlite-sessions"
+inject: list[str] = []
+
+
+class Config(msgspec.Struct, kw_only=True):
+    """``path``: the database file (required; created with mode 0600)."""
+
+    path: str
+
+
+def apply(ctx: PluginContext, config: Config) -> None:
+    """Provide ``session_store`` and mount the write coordinator on this plugin's fiber."""
+    store = SqliteStore(config.path)
+    ctx.provide("session_store", store)
+    mount_coordinator(ctx, store)
