@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import pty
 import select
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -25,12 +28,19 @@ SLOW = """\
 """
 
 
+def _controlling_tty() -> None:
+    # A new session whose controlling terminal is the pty, as a shell would set up: only then
+    # does a typed Ctrl-C reach the process as SIGINT.
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 class Pty:
     def __init__(self, args: list[str], cwd: Path) -> None:
         self.master, slave = pty.openpty()
         env = dsh_env(TERM="xterm-256color", COLUMNS="120", LINES="40", PROMPT_TOOLKIT_NO_CPR="1")
         self.proc = subprocess.Popen([sys.executable, "-m", "dsh", *args], cwd=cwd, env=env,
-                                     stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+                                     stdin=slave, stdout=slave, stderr=slave, preexec_fn=_controlling_tty)
         os.close(slave)
         self.screen = b""
 
@@ -44,7 +54,7 @@ class Pty:
                 try:
                     self.screen += os.read(self.master, 65536)
                 except OSError:
-                    assert False, f"terminal closed; screen: {self.screen[-2000:]!r}"
+                    raise AssertionError(f"terminal closed; screen: {self.screen[-2000:]!r}") from None
 
     def type(self, text: str) -> None:
         os.write(self.master, text.encode())
@@ -54,10 +64,8 @@ class Pty:
         while self.proc.poll() is None:
             assert time.monotonic() < deadline, "dsh did not exit"
             if select.select([self.master], [], [], 0.1)[0]:
-                try:
+                with contextlib.suppress(OSError):
                     self.screen += os.read(self.master, 65536)
-                except OSError:
-                    pass
         os.close(self.master)
         return self.proc.returncode
 

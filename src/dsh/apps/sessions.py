@@ -317,7 +317,8 @@ async def import_file(args: argparse.Namespace) -> int:
     from dsh.session import decode_event
 
     try:
-        raw = open(args.file, "rb").read()
+        with open(args.file, "rb") as handle:
+            raw = handle.read()
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
     lines = raw.split(b"\n")

@@ -34,7 +34,7 @@ CLEAR_LINE = "\r\x1b[K"
 class _Spinner:
     """A one-line "waiting for the model…" indicator, erased before the first token."""
 
-    def __init__(self, write: "_Writer") -> None:
+    def __init__(self, write: _Writer) -> None:
         self._write = write
         self._task: asyncio.Task[None] | None = None
 

@@ -143,17 +143,14 @@ def check_surface_fields(
             raise InvalidEventError(
                 f'session event "{type_}" is surface-eligible and requires a surfaceOp marker'
             )
-        if surface_op != "append":
-            if (
-                type(surface_op) is not dict
-                or surface_op.keys() != {"op", "start", "end"}
-                or surface_op["op"] != "replace"
-                or type(surface_op["start"]) is not int
-                or type(surface_op["end"]) is not int
-            ):
-                raise InvalidEventError(
-                    f'session event "{type_}" carries an invalid replace surfaceOp'
-                )
+        if surface_op != "append" and (
+            type(surface_op) is not dict
+            or surface_op.keys() != {"op", "start", "end"}
+            or surface_op["op"] != "replace"
+            or type(surface_op["start"]) is not int
+            or type(surface_op["end"]) is not int
+        ):
+            raise InvalidEventError(f'session event "{type_}" carries an invalid replace surfaceOp')
         if source_event_seqs is not None:
             _check_provenance(seq, source_event_seqs)
     else:
