@@ -110,7 +110,8 @@ def timeline(session: Session) -> list[str]:
         if line is None:
             continue
         marker = " (shadowed)" if event.surface_op is not None and event.seq not in visible else ""
-        lines.append(escape_controls(line + marker))
+        # Continuation lines line up under the text column (time + label = 20 columns).
+        lines.append(escape_controls(line + marker).replace("\n", "\n" + " " * 20))
     return lines
 
 
