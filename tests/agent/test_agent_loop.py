@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from agent_support import (
     text,
     turn_ends,
 )
+from tests.fixtures import FIXTURES
 
 from dsh.agent import loop as loop_module
 from dsh.llm import echo
@@ -27,12 +27,6 @@ from dsh.runtime import Context
 from dsh.testing import Reply, ScriptedAdapter, mount_agent_loop
 from dsh.tools import ToolError, ToolResult, define_tool
 from dsh.tools import echo as echo_tool_plugin
-
-FIXTURES = Path(
-    os.environ.get(
-        "DSH_FIXTURES", Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "dsh-v0"
-    )
-)
 
 SIMPLE_TURN = [
     "turn/start",

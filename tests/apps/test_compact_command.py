@@ -62,7 +62,7 @@ def test_compact_command_shadows_history_behind_a_checkpoint(workdir: Path) -> N
     chat.send("/compact\n")
     chat.read_until("\n> ", count=4)  # the compaction runs in a one-shot turn of its own
     chat.send("third\n")
-    rc, out, err = chat.close()
+    rc, _, err = chat.close()
     assert rc == 0, err
     [log] = session_files(workdir)
     events = [json.loads(line) for line in log.read_text().splitlines()[1:]]

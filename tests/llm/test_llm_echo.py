@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fixtures import FIXTURES
 
 from dsh.llm import echo, service
 from dsh.llm.assembler import ChunkAssembler
@@ -17,11 +16,6 @@ from dsh.llm.echo import MockEchoAdapter, has_tool_result, last_user_text
 from dsh.llm.types import LlmError, LlmRequest, StreamChunk
 from dsh.runtime import AbortController, ConfigError, Context
 
-FIXTURES = Path(
-    os.environ.get(
-        "DSH_FIXTURES", Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "dsh-v0"
-    )
-)
 STDIO_FIXTURES = ["stdio-tool-call", "stdio-two-turns", "stdio-tool-call-with-time-context"]
 
 

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from store_support import closed_turn, events_json, header_of, make_session, open_tool_turn, persist
+from tests.fixtures import FIXTURES
 
 from dsh.persistence import jsonl
 from dsh.persistence._paths import MAX_ENCODED_ID, decode_session_id, encode_session_id
@@ -34,7 +35,6 @@ from dsh.persistence.base import (
 from dsh.persistence.jsonl import JsonlStore
 from dsh.session import Session
 
-FIXTURES = Path("/work/shared/fixtures/dsh-v0")
 FIXTURE_LOGS = sorted(p for p in FIXTURES.glob("*.jsonl") if p.name != "crash-before-repair.jsonl")
 
 

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 from store_support import events_json, header_of, make_session, open_tool_turn, persist
+from tests.fixtures import FIXTURES
 
 from dsh.persistence.base import CorruptSessionLog, SessionExists, UnsupportedVersion
 from dsh.persistence.jsonl import JsonlStore
 from dsh.persistence.sqlite import SCHEMA_VERSION, SqliteStore
-
-FIXTURES = Path("/work/shared/fixtures/dsh-v0")
 
 
 def connect(path: Path) -> sqlite3.Connection:

@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
 import time_machine
+from tests.fixtures import FIXTURES
 
 from dsh.agent import Agent, AgentOptions
 from dsh.llm.types import LlmError
@@ -32,11 +31,6 @@ from dsh.session import Event, Session, project, tool_pairing_depths
 from dsh.testing import Reply, ScriptedAdapter, mount_agent_loop
 from dsh.tools import define_tool
 
-FIXTURES = Path(
-    os.environ.get(
-        "DSH_FIXTURES", Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "dsh-v0"
-    )
-)
 needs_fixtures = pytest.mark.skipif(
     not FIXTURES.is_dir(), reason="reference fixtures not available"
 )

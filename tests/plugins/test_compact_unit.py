@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import zoneinfo
-from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.fixtures import FIXTURES
 
 from dsh.plugins import compact
 from dsh.plugins.compact import (
@@ -32,11 +31,6 @@ from dsh.runtime import ConfigError, Context
 from dsh.runtime.config import validate_config
 from dsh.session import Session, tool_pairing_depths
 
-FIXTURES = Path(
-    os.environ.get(
-        "DSH_FIXTURES", Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "dsh-v0"
-    )
-)
 needs_fixtures = pytest.mark.skipif(
     not FIXTURES.is_dir(), reason="reference fixtures not available"
 )
