@@ -188,8 +188,8 @@ class Session:
             raise InvalidEventError("session event type must be a non-empty string")
         try:
             snap, _ = _json.snapshot(data)
-            op = surface_op if surface_op is None or surface_op == "append" else _json.snapshot(surface_op)[0]
-            seqs = None if source_event_seqs is None else _json.snapshot(source_event_seqs)[0]
+            op = surface_op if surface_op is None or surface_op == "append" else _canonical_op(surface_op)
+            seqs = None if source_event_seqs is None else _json.snapshot(list(source_event_seqs))[0]
         except _json.NotLosslessJSON:
             raise TypeError(f'session event "{type}" carries non-JSON-serializable data') from None
         check_vocabulary(type, snap)
@@ -306,6 +306,13 @@ class Session:
                     log.exception("session %s: observer failed on %s", self.id, event.type)
         finally:
             self._publishing = False
+
+
+def _canonical_op(surface_op: Any) -> Any:
+    """A replace op as a fresh dict with the reference's key order (``op, start, end``)."""
+    if isinstance(surface_op, Mapping) and set(surface_op) == {"op", "start", "end"}:
+        surface_op = {"op": surface_op["op"], "start": surface_op["start"], "end": surface_op["end"]}
+    return _json.snapshot(surface_op)[0]
 
 
 def _reason(exc: BaseException) -> str:
