@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.apps.conftest import FIXTURES, Interactive, bucket, dsh_env, run_dsh, session_files
+from tests.apps.conftest import Interactive, bucket, dsh_env, run_dsh, session_files
+from tests.fixtures import FIXTURES
 
 
 def one_session(cwd: Path, text: str = "hello") -> Path:

@@ -7,7 +7,8 @@ import re
 import stat
 from pathlib import Path
 
-from tests.apps.conftest import FIXTURES, Interactive, run_dsh, session_files
+from tests.apps.conftest import Interactive, run_dsh, session_files
+from tests.fixtures import FIXTURES
 
 READING = re.compile(
     r"Time sampled while preparing turn (\d+), step (\d+): "

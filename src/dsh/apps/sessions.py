@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -103,8 +104,8 @@ def timeline(session: Session) -> list[str]:
     """The transcript as the model saw it, event by event, shadowed nodes marked."""
     visible = set(session.surface)
     header = session.header
-    lines = [f"session {header['id']} · created {_time(header['createdAt'], date=True)} · "
-             f"cwd {header.get('cwd', '-')} · {len(session.events)} events"]
+    lines = [escape_controls(f"session {header['id']} · created {_time(header['createdAt'], date=True)} · "
+                             f"cwd {header.get('cwd', '-')} · {len(session.events)} events")]
     for event in session.events:
         line = _timeline_entry(event)
         if line is None:
@@ -257,11 +258,11 @@ async def requests(store: SessionStore, args: argparse.Namespace) -> int:
         print(json.dumps(rebuilt, ensure_ascii=False, indent=2))
         return 0
     for request in rebuilt:
-        print(f"── turn {request['turn']} step {request['step']} · model {request['model']} · seq {request['seq']} ──")
+        print(escape_controls(f"── turn {request['turn']} step {request['step']} · model {request['model']} · seq {request['seq']} ──"))
         if request["system"]:
             print(escape_controls(f"[system] {request['system']}"))
         if request["tools"]:
-            print(f"[tools] {', '.join(t.get('name', '?') for t in request['tools'])}")
+            print(escape_controls(f"[tools] {', '.join(str(t.get('name', '?')) for t in request['tools'])}"))
         for message in request["messages"]:
             print(escape_controls(f"[{message['role']}] {_message_text(message)}"))
         print()
@@ -305,7 +306,9 @@ def export_bytes(stored: StoredSession) -> bytes:
 async def export(store: SessionStore, args: argparse.Namespace) -> int:
     data = export_bytes(await store.read(args.id))
     if args.output:
-        with open(args.output, "wb") as handle:
+        # A session log is private wherever it is copied: a new file is 0600 whatever the umask.
+        fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
             handle.write(data)
     else:
         sys.stdout.buffer.write(data)

@@ -173,8 +173,9 @@ _INSERT_EVENTS: Final = (
     "INSERT INTO {schema}.events (session_id, seq, type, time, data, line) "
     "SELECT head.id, e.seq, e.type, e.time, "
     f"CASE WHEN strpos(e.line, {_NUL_ESCAPE}) = 0 THEN (e.line::jsonb) -> 'data' END, e.line "
-    "FROM head, unnest(%(seqs)s::bigint[], %(types)s::text[], %(times)s::bigint[], "
-    "%(lines)s::text[]) AS e(seq, type, time, line)"
+    # Binary parameters: in text format psycopg escapes every quote of every JSON line.
+    "FROM head, unnest(%(seqs)b::bigint[], %(types)b::text[], %(times)b::bigint[], "
+    "%(lines)b::text[]) AS e(seq, type, time, line)"
 )
 
 # An append is one statement, hence one transaction and one round trip. The CTE is the gate:
