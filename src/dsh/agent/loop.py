@@ -690,18 +690,11 @@ class AgentLoop:
             except asyncio.CancelledError:
                 if not signal.aborted:
                     raise
-                # The step was aborted while the tool ran: record the call's outcome so the log
-                # keeps every tool/call paired, as a tool honouring its signal would have.
-                text = f"Error: {signal.reason}"
+                # The step was aborted while the tool ran: record the outcome a tool honouring
+                # its signal would have reported.
                 append(
                     "tool/result",
-                    {
-                        "turn": turn,
-                        "step": step,
-                        "callId": call_id,
-                        "content": [{"type": "text", "text": text}],
-                        "isError": True,
-                    },
+                    _error_result(turn, step, call_id, f"Error: {signal.reason}"),
                     surface_op="append",
                     source_event_seqs=[call_event.seq],
                 )
@@ -719,7 +712,19 @@ class AgentLoop:
                 data["error"] = dict(result.error)
             if result.meta is not None:
                 data["meta"] = result.meta
-            append("tool/result", data, surface_op="append", source_event_seqs=[call_event.seq])
+            try:
+                append("tool/result", data, surface_op="append", source_event_seqs=[call_event.seq])
+            except (TypeError, ValueError) as exc:
+                # The tool returned what the log cannot hold (not lossless JSON, say); the call
+                # still gets its result, or providers reject the history from here on.
+                text = f"Error: tool {tool_name} returned a result the session cannot record: {exc}"
+                error = {"name": "InvalidToolResult", "code": "INVALID_TOOL_RESULT"}
+                append(
+                    "tool/result",
+                    _error_result(turn, step, call_id, text, error),
+                    surface_op="append",
+                    source_event_seqs=[call_event.seq],
+                )
             contexts.extend(result.additional_contexts or ())
             if signal.aborted:
                 raise TurnError(str(signal.reason), "ABORTED")
@@ -751,12 +756,28 @@ def _identity(value: Any) -> Any:
     return value
 
 
+def _error_result(
+    turn: int, step: int, call_id: Any, text: str, error: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """``tool/result`` data answering a call with an error text."""
+    data: dict[str, Any] = {
+        "turn": turn,
+        "step": step,
+        "callId": call_id,
+        "content": [{"type": "text", "text": text}],
+        "isError": True,
+    }
+    if error is not None:
+        data["error"] = error
+    return data
+
+
 def _parse_arguments(raw: str) -> Any:
     if raw == "":
         return {}
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # invalid, or nested deeper than the parser goes
         return raw
 
 

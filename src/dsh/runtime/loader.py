@@ -53,6 +53,11 @@ ENTRY_POINT_GROUP = "dsh.plugins"
 # A hand-written plugin list is a few hundred nodes; a billion-laughs bomb is ~10^9.
 MAX_EXPANDED_NODES = 100_000
 
+# Upper bound on nested flow collections (``[[[...`` / ``{a: {b: ...``). PyYAML's scanner does
+# work proportional to the flow depth for every token, so a few hundred nested ``[`` cost a
+# second before the composer's recursion limit refuses the document; this refuses it at once.
+MAX_FLOW_DEPTH = 64
+
 _ENTRY_KEYS = ("id", "name", "config", "disabled")
 _MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][\w.]*)?")
 _module_counter = itertools.count(1)
@@ -94,7 +99,17 @@ class PendingEntry:
 
 
 class _SafeLoader(yaml.SafeLoader):
-    """SafeLoader that also refuses duplicate mapping keys."""
+    """SafeLoader that also refuses duplicate mapping keys and deeply nested flow collections."""
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        if self.flow_level >= MAX_FLOW_DEPTH:
+            raise yaml.scanner.ScannerError(
+                None,
+                None,
+                f"flow collections nested more than {MAX_FLOW_DEPTH} deep; refused",
+                self.get_mark(),
+            )
+        super().fetch_flow_collection_start(TokenClass)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[object, int] = {}
