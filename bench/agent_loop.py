@@ -65,7 +65,7 @@ def _reply(request: LlmRequest) -> Reply:
 
 
 def _time_flushes(ctx: Context) -> list[float]:
-    """Time every ``ctx.sessions.flush`` (the loop flushes at each turn end) into a list."""
+    """Time every ``ctx.sessions.flush`` and ``checkpoint`` (each model call, each turn end)."""
     service = ctx.sessions
     flush = service.flush
     durations: list[float] = []
@@ -78,6 +78,16 @@ def _time_flushes(ctx: Context) -> list[float]:
             durations.append(time.perf_counter() - start)
 
     service.flush = timed  # an instance attribute: the loop looks ``flush`` up on each call
+    checkpoint = service.checkpoint
+
+    async def timed_checkpoint(session: Any) -> None:
+        start = time.perf_counter()
+        try:
+            await checkpoint(session)
+        finally:
+            durations.append(time.perf_counter() - start)
+
+    service.checkpoint = timed_checkpoint
     return durations
 
 
@@ -131,9 +141,12 @@ async def _measure(root: str, turns: int) -> dict[str, Any]:
     assert len(ends) == turns and all(e.data["reason"]["kind"] == "completed" for e in ends)
     assert steps == turns * STEPS_PER_TURN, steps
     events = len(session)
+    # A checkpoint before each model call, then the turn-end flush.
+    per_turn = STEPS_PER_TURN + 1 if ctx.agent_loop.checkpoint_before_model else 1
     await ctx.dispose()
-    assert len(flushes) == turns  # one flush per turn, at its end
-    net = [total - flush for total, flush in zip(times, flushes, strict=True)]
+    assert len(flushes) == turns * per_turn, (len(flushes), turns)
+    turn_flushes = [sum(flushes[i * per_turn : (i + 1) * per_turn]) for i in range(turns)]
+    net = [total - flush for total, flush in zip(times, turn_flushes, strict=True)]
     window = min(100, turns // 2)
 
     def per_step_ms(values: list[float]) -> float:
@@ -149,6 +162,7 @@ async def _measure(root: str, turns: int) -> dict[str, Any]:
         "early_ms_per_step": round(early, 4),
         "late_ms_per_step": round(late, 4),
         "flush_ms_per_turn": round(sum(flushes) / turns * 1000, 4),
+        "flushes_per_turn": per_turn,
         "ms_per_step_excluding_flush": round(per_step_ms(net), 4),
         "late_early_ratio_excluding_flush": round(late_net / early_net, 3),
         # Medians resist the odd stall a shared machine inflicts on one turn.

@@ -124,7 +124,7 @@ class MemoryStore(SessionStore):
         self.headers[session_id] = dict(header)
         self.open.add(session_id)
 
-    async def append(self, session_id: str, events: Sequence[Event]) -> None:
+    async def append(self, session_id: str, events: Sequence[Event], *, sync: bool = True) -> None:
         if self.fail_appends:
             self.fail_appends -= 1
             raise OSError("disk full")

@@ -98,11 +98,11 @@ async def test_failed_flush_is_retried_without_duplicates(
     real_append = store.append
     failures = {"left": 2}
 
-    async def flaky(session_id: str, events: Sequence[Event]) -> None:
+    async def flaky(session_id: str, events: Sequence[Event], *, sync: bool = True) -> None:
         if failures["left"]:
             failures["left"] -= 1
             raise OSError(28, "No space left on device")
-        await real_append(session_id, events)
+        await real_append(session_id, events, sync=sync)
 
     monkeypatch.setattr(store, "append", flaky)
     with pytest.raises(OSError):
@@ -125,10 +125,10 @@ async def test_events_appended_during_a_flush_stay_buffered(
     gate = asyncio.Event()
     calls: list[list[int]] = []
 
-    async def slow(session_id: str, events: Sequence[Event]) -> None:
+    async def slow(session_id: str, events: Sequence[Event], *, sync: bool = True) -> None:
         calls.append([e.seq for e in events])
         await gate.wait()
-        await real_append(session_id, events)
+        await real_append(session_id, events, sync=sync)
 
     monkeypatch.setattr(store, "append", slow)
     first = asyncio.create_task(ctx.sessions.flush(session))

@@ -110,8 +110,10 @@ class Rig:
         self.errors: list[BaseException] = []
         self.agent: Any = None
 
-    async def start(self, store: str, location: Path, reply: Reply) -> None:
-        await mount_agent_loop(self.ctx)
+    async def start(self, store: str, location: Path, reply: Reply, *, checkpoints: bool = False) -> None:
+        # Checkpoints (writes before each model call) are off unless a test asks: these tests
+        # count the failures of turn-end flushes.
+        await mount_agent_loop(self.ctx, loop_config={"checkpointBeforeModel": checkpoints})
         await self.ctx.plugin(echo)
         if store == "jsonl":
             await self.ctx.plugin(jsonl, {"root": str(location)})
@@ -173,6 +175,29 @@ async def test_disk_full_during_an_append_is_reported_then_written_once(small_fs
         await rig.ctx.dispose()
     assert path.read_bytes() == rig.expected_file()
     assert not [p for p in path.parent.iterdir() if p.suffix == ".tmp"]
+
+
+async def test_disk_full_with_checkpoints_keeps_a_clean_prefix_then_writes_once(small_fs: Path) -> None:
+    rig = Rig()
+    await rig.start("jsonl", small_fs / "sessions", Reply(text="y" * 3000, deltas=3), checkpoints=True)
+    try:
+        await rig.turn("one")
+        path = rig.path()
+        assert path.read_bytes() == rig.expected_file()
+        filler = fill(small_fs)
+        for text in ("two", "three"):
+            await rig.turn(text)  # completes in memory; checkpoints and flushes fail
+            assert isinstance(rig.errors[-1], OSError) and rig.errors[-1].errno == errno.ENOSPC
+            on_disk = path.read_bytes()
+            assert rig.expected_file().startswith(on_disk) and on_disk.endswith(b"\n")
+        filler.unlink()
+        failures = len(rig.errors)
+        await rig.turn("four")
+        assert len(rig.errors) == failures
+        assert path.read_bytes() == rig.expected_file()  # every event exactly once
+    finally:
+        await rig.ctx.dispose()
+    assert path.read_bytes() == rig.expected_file()
 
 
 async def test_disk_full_at_the_first_flush_leaves_no_file_then_materialises(small_fs: Path) -> None:

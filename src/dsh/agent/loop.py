@@ -63,6 +63,8 @@ class Config(msgspec.Struct, rename="camel"):
     dev_checks: bool | None = None
     # See _HistoryHeap: keeps CPython's full collections from growing with the session.
     freeze_history: bool = True
+    # Checkpoint (write, no fsync) before each model call; see _run_step.
+    checkpoint_before_model: bool = True
 
 
 class TurnError(Exception):
@@ -223,6 +225,7 @@ class AgentLoop:
         self.dev_checks = config.dev_checks if config.dev_checks is not None else env_checks
         self.max_steps = config.max_steps_per_turn
         self._heap = _HistoryHeap() if config.freeze_history else None
+        self.checkpoint_before_model = config.checkpoint_before_model
         self.tool_abort_grace = max(0, config.tool_abort_grace_ms) / 1000
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -620,6 +623,14 @@ class AgentLoop:
         messages: Sequence[dict[str, Any]] = [*prefix, *boundary] if prefix else boundary
         if self.dev_checks:
             self._check_request_invariant(instance, step_start, prefix, messages)
+        if self.checkpoint_before_model:
+            # A model call can take minutes: write the prompt, the readings and step/start first,
+            # so a process killed mid-call leaves a turn that repair closes instead of losing it.
+            try:
+                await self._ctx.sessions.checkpoint(session)
+            except Exception as exc:
+                log.warning('agent "%s": checkpoint failed before turn %s step %s: %s', agent.id, turn, step, exc)
+                self._ctx.emit("agent/error", agent, turn, step, exc)
         request = LlmRequest(
             model=model,
             messages=messages,

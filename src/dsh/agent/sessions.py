@@ -2,7 +2,8 @@
 
 Owns the in-memory table of live sessions and the store-level bus events that persistence and
 UIs listen to: ``session/created`` (emit, once), ``session/event`` (emit, after each commit),
-``session/flush`` (an awaited parallel checkpoint) and ``session/disposed`` (awaited parallel, so
+``session/flush`` (an awaited parallel durability point), ``session/checkpoint`` (the same
+without fsync, before each model call) and ``session/disposed`` (awaited parallel, so
 a final drain completes before the session is forgotten). It does no I/O itself.
 """
 
@@ -82,6 +83,14 @@ class SessionService:
     async def flush(self, session: Session) -> None:
         """The durability checkpoint: every ``session/flush`` listener runs and is awaited."""
         await self._ctx.parallel("session/flush", session)
+
+    async def checkpoint(self, session: Session) -> None:
+        """Write what is buffered without forcing it to disk (``session/checkpoint``).
+
+        The loop checkpoints before each model call, so a process killed mid-call leaves the
+        turn for crash repair instead of losing it; the turn-end flush makes it durable.
+        """
+        await self._ctx.parallel("session/checkpoint", session)
 
     async def dispose(self, session: Session) -> None:
         """Final drain, then forget the session."""

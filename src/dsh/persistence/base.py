@@ -111,8 +111,13 @@ class SessionStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def append(self, session_id: str, events: Sequence[Event]) -> None:
-        """Durably append contiguous events; the first seq must equal the stored next seq."""
+    async def append(self, session_id: str, events: Sequence[Event], *, sync: bool = True) -> None:
+        """Append contiguous events; the first seq must equal the stored next seq.
+
+        With ``sync`` (the default) they are on stable storage when this returns. Without it they
+        are written, so they survive the process being killed, but not forced to disk: a
+        checkpoint. The next synced append makes them durable too.
+        """
 
     @abc.abstractmethod
     async def load(self, session_id: str) -> StoredSession:

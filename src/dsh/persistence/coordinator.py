@@ -92,6 +92,12 @@ class WriteCoordinator:
         async with state.lock:
             await self._drain(state)
 
+    async def on_checkpoint(self, session: Session) -> None:
+        """Like a flush, but written without fsync (survives a killed process, not power loss)."""
+        state = self._states.get(session.id) or self._register(session)
+        async with state.lock:
+            await self._drain(state, sync=False)
+
     async def on_disposed(self, session: Session) -> None:
         state = self._states.get(session.id)
         if state is None:
@@ -144,7 +150,7 @@ class WriteCoordinator:
         elif state.needs_create:
             await self._init(state)
 
-    async def _drain(self, state: _SessionState) -> None:
+    async def _drain(self, state: _SessionState, *, sync: bool = True) -> None:
         """Write what is buffered past the cursor (caller holds ``state.lock``)."""
         await self._ensure_init(state)
         stored = self.store.stored_count(state.session_id)
@@ -154,7 +160,7 @@ class WriteCoordinator:
         # A copy: events appended while the write is in flight must not join this batch.
         pending = [event for event in state.buffer if event.seq >= cursor]
         if pending:
-            await self.store.append(state.session_id, pending)
+            await self.store.append(state.session_id, pending, sync=sync)
             state.cursor = pending[-1].seq + 1
         # Events appended while the write was in flight stay buffered.
         cursor = state.cursor
@@ -215,6 +221,7 @@ def mount_coordinator(
     ctx.on("session/created", coordinator.on_created)
     ctx.on("session/event", coordinator.on_event)
     ctx.on("session/flush", coordinator.on_flush)
+    ctx.on("session/checkpoint", coordinator.on_checkpoint)
     ctx.on("session/disposed", coordinator.on_disposed)
     ctx.defer(coordinator.dispose)
     return coordinator

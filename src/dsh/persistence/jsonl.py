@@ -499,7 +499,7 @@ class JsonlStore(SessionStore):
             raise
         self._open[session_id] = _OpenLog(clean, header_line(clean), path, lock)
 
-    async def append(self, session_id: str, events: Sequence[Event]) -> None:
+    async def append(self, session_id: str, events: Sequence[Event], *, sync: bool = True) -> None:
         entry = self._open.get(session_id)
         if entry is None:
             raise StoreError(f'session "{session_id}" is not open in this backend')
@@ -512,7 +512,7 @@ class JsonlStore(SessionStore):
         if entry.fd is None:
             self._materialise(entry, payload)
         else:
-            self._append_bytes(entry, payload)
+            self._append_bytes(entry, payload, sync=sync)
         entry.count += len(lines)
 
     def _materialise(self, entry: _OpenLog, payload: bytes) -> None:
@@ -546,12 +546,13 @@ class JsonlStore(SessionStore):
         entry.fd = fd  # O_APPEND on the published inode: later appends go through it
         entry.size = len(data)
 
-    def _append_bytes(self, entry: _OpenLog, payload: bytes) -> None:
+    def _append_bytes(self, entry: _OpenLog, payload: bytes, *, sync: bool) -> None:
         assert entry.fd is not None
         before = entry.size
         try:
             write_all(entry.fd, payload)
-            os.fsync(entry.fd)
+            if sync:  # a later fsync of this file covers a checkpoint's bytes too
+                os.fsync(entry.fd)
         except BaseException:
             try:
                 os.ftruncate(entry.fd, before)

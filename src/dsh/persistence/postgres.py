@@ -610,7 +610,7 @@ class PostgresStore(SessionStore):
             raise
         self._open[session_id] = _Open(clean, header_line(clean).decode(), conn)
 
-    async def append(self, session_id: str, events: Sequence[Event]) -> None:
+    async def append(self, session_id: str, events: Sequence[Event], *, sync: bool = True) -> None:
         tracked = self._open.get(session_id)
         if tracked is None:
             raise StoreError(f'session "{session_id}" is not open in this backend')

@@ -188,7 +188,7 @@ class SqliteStore(SessionStore):
             raise
         self._open[session_id] = _OpenSession(clean, lock)
 
-    async def append(self, session_id: str, events: Sequence[Event]) -> None:
+    async def append(self, session_id: str, events: Sequence[Event], *, sync: bool = True) -> None:
         entry = self._open.get(session_id)
         if entry is None:
             raise StoreError(f'session "{session_id}" is not open in this backend')
@@ -197,6 +197,8 @@ class SqliteStore(SessionStore):
             return
         rows = [_row(session_id, event, line) for event, line in zip(events, lines, strict=True)]
         db = self._conn()
+        # A checkpoint commits without syncing the WAL; the next FULL commit syncs it as well.
+        db.execute("PRAGMA synchronous = FULL" if sync else "PRAGMA synchronous = NORMAL")
         db.execute("BEGIN IMMEDIATE")
         try:
             if not entry.materialised:
