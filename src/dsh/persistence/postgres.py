@@ -789,19 +789,23 @@ class PostgresStore(SessionStore):
             )
         return infos
 
+    async def _refuse_if_open(self, conn: Connection, session_id: str) -> None:
+        """Raise :class:`SessionLocked` while any process holds the session's writer lock.
+
+        A transaction-scoped try-lock conflicts with a holder's session-level lock, so an open
+        session is never deleted or overwritten under its writer.
+        """
+        row = await (
+            await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (self._lock_key(session_id),))
+        ).fetchone()
+        if row is None or row[0] is not True:
+            raise SessionLocked(session_id)
+
     async def remove(self, session_id: str) -> None:
         if _check_id(session_id) in self._open:
             raise SessionLocked(session_id)
         async with self._pooled() as conn, conn.transaction():
-            # A transaction-scoped try-lock conflicts with a holder's session-level lock, so an
-            # open session (in any process) is never deleted under its writer.
-            row = await (
-                await conn.execute(
-                    "SELECT pg_try_advisory_xact_lock(%s)", (self._lock_key(session_id),)
-                )
-            ).fetchone()
-            if row is None or row[0] is not True:
-                raise SessionLocked(session_id)
+            await self._refuse_if_open(conn, session_id)
             cursor = await conn.execute(self._q.delete, (session_id,))
             if cursor.rowcount == 0:
                 raise SessionNotFound(session_id)
@@ -890,13 +894,7 @@ class PostgresStore(SessionStore):
         if session_id in self._open:
             raise SessionLocked(session_id)
         async with self._pooled() as conn, conn.transaction():
-            row = await (
-                await conn.execute(
-                    "SELECT pg_try_advisory_xact_lock(%s)", (self._lock_key(session_id),)
-                )
-            ).fetchone()
-            if row is None or row[0] is not True:
-                raise SessionLocked(session_id)
+            await self._refuse_if_open(conn, session_id)
             if await (await conn.execute(self._q.exists, (session_id,))).fetchone() is not None:
                 raise SessionExists(
                     f'session "{session_id}" already has a persisted log on disk; '

@@ -1036,25 +1036,27 @@ class Compactor:
             summary, content = await self._summarize(session, plan, model, signal)
             if not self._check_unchanged(session, plan):
                 raise CompactionError("compactRegion: the surface changed while summarizing")
-            summary_seq, checkpoint_seq = self._commit(
-                session, plan, start_event.seq, summary, content, model
-            )
         except BaseException as exc:
             session.append("compact/end", {"turn": turn, "error": _error_text(exc)})
             raise
+        return self._finish(session, turn, plan, start_event.seq, summary, content, model)
+
+    def _finish(
+        self,
+        session: Session,
+        turn: int,
+        plan: _Plan,
+        start_seq: int,
+        summary: list[dict[str, Any]],
+        content: list[dict[str, Any]],
+        model: str,
+    ) -> CompactResult:
+        """Append the summary, the checkpoint and ``compact/end``; the compaction's record."""
+        summary_seq, checkpoint_seq = self._commit(session, plan, start_seq, summary, content, model)
         end_event = session.append("compact/end", {"turn": turn})
         return CompactResult(
-            turn,
-            plan.start,
-            plan.end,
-            plan.seqs,
-            plan.tokens,
-            summary,
-            model,
-            start_event.seq,
-            summary_seq,
-            checkpoint_seq,
-            end_event.seq,
+            turn, plan.start, plan.end, plan.seqs, plan.tokens, summary, model,
+            start_seq, summary_seq, checkpoint_seq, end_event.seq,
         )
 
     # -- manual compaction -----------------------------------------------------------------
@@ -1192,23 +1194,7 @@ class Compactor:
         start_event = session.append("compact/start", {"turn": turn})
         result: CompactResult | None = None
         if error is None:
-            summary_seq, checkpoint_seq = self._commit(
-                session, plan, start_event.seq, summary, content, model
-            )
-            end_event = session.append("compact/end", {"turn": turn})
-            result = CompactResult(
-                turn,
-                plan.start,
-                plan.end,
-                plan.seqs,
-                plan.tokens,
-                summary,
-                model,
-                start_event.seq,
-                summary_seq,
-                checkpoint_seq,
-                end_event.seq,
-            )
+            result = self._finish(session, turn, plan, start_event.seq, summary, content, model)
             reason: dict[str, Any] = {"kind": "completed"}
         else:
             message = _error_text(error)
