@@ -228,6 +228,14 @@ class StdioApp:
             remove()
 
 
+_SPINE = (
+    (sessions_plugin, "sessions"),
+    (llm_plugin, "llm"),
+    (system_prompt_plugin, "system_prompt"),
+    (agents_plugin, "agents"),
+)
+
+
 async def apply(ctx: Context, config: Config) -> None:
     # A composition may already mount parts of the spine (or a store): reuse what is there.
     for plugin, service in _SPINE:
@@ -247,14 +255,6 @@ async def apply(ctx: Context, config: Config) -> None:
     else:
         agent = loop.create("main", model=config.model, cwd=os.getcwd())
     ctx.provide("stdio_app", StdioApp(ctx, config, agent))
-
-
-_SPINE = (
-    (sessions_plugin, "sessions"),
-    (llm_plugin, "llm"),
-    (system_prompt_plugin, "system_prompt"),
-    (agents_plugin, "agents"),
-)
 
 
 async def _mount_store(ctx: Context, config: Config) -> None:
