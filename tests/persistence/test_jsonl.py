@@ -317,7 +317,7 @@ async def test_unparsable_committed_line_is_refused_and_file_untouched(tmp_path:
     path.write_bytes(data)
     with pytest.raises(CorruptSessionLog) as info:
         await store.load("log")
-    assert str(info.value) == f"corrupt session log {path}: unparsable committed event at line 6"
+    assert str(info.value) == f"corrupt session log: unparsable committed event at line 5 ({path}, file line 6)"
     assert path.read_bytes() == data
     with pytest.raises(CorruptSessionLog):
         await store.read("log")
@@ -333,7 +333,7 @@ async def test_seq_gap_in_committed_region(tmp_path: Path) -> None:
     with pytest.raises(CorruptSessionLog) as info:
         await store.load("log")
     assert str(info.value) == (
-        f"corrupt session log {path}: seq gap in committed region at line 4 (expected 2, got 3)"
+        f"corrupt session log: seq gap in committed region at line 3 (expected 2, got 3) ({path}, file line 4)"
     )
     assert path.read_bytes() == data
 
@@ -344,7 +344,7 @@ async def test_surface_violation_is_corruption(tmp_path: Path) -> None:
     path.write_bytes(data)
     with pytest.raises(
         CorruptSessionLog,
-        match=r"^corrupt session log .*: invalid event at line 3: .*requires a surfaceOp",
+        match=r"^corrupt session log: invalid event at line 2: .*requires a surfaceOp.*, file line 3\)$",
     ):
         await store.load("log")
     assert path.read_bytes() == data
@@ -356,7 +356,7 @@ async def test_negative_zero_is_refused(tmp_path: Path) -> None:
     lines = original.split(b"\n")
     lines[2] = lines[2].replace(b'"source":{"kind":"user"}', b'"source":{"kind":"user","n":-0.0}')
     path.write_bytes(b"\n".join(lines))
-    with pytest.raises(CorruptSessionLog, match="unparsable committed event at line 3"):
+    with pytest.raises(CorruptSessionLog, match=r"unparsable committed event at line 2 \(.*, file line 3\)"):
         await store.load("log")
     # A "-0" inside a string is fine.
     lines[2] = original.split(b"\n")[2].replace(b'"text":"message 0"', b'"text":"x:-0,[-0"')

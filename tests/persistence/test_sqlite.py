@@ -102,7 +102,7 @@ async def test_unparsable_row_is_refused_and_untouched(tmp_path: Path) -> None:
     with pytest.raises(CorruptSessionLog) as info:
         await store.load("a")
     assert str(info.value) == (
-        f'corrupt session log {path} (session "a"): unparsable committed event at row 4'
+        f'corrupt session log: unparsable committed event at row 4 ({path} (session "a"))'
     )
     assert db.execute("SELECT line FROM events WHERE seq = 3").fetchone()[0] == "{broken"
     assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 14

@@ -866,8 +866,8 @@ def build_base_log(
 
 # -- corruptions and their oracle --------------------------------------------------------------
 
-CORRUPT_MESSAGE = re.compile(r"^(corrupt session log .*|empty or header-less session log: .*)$", re.DOTALL)
-LINE_NAMED = re.compile(r" at line (\d+)\b")
+CORRUPT_MESSAGE = re.compile(r"^(corrupt session log: .*|empty or header-less session log: .*)$", re.DOTALL)
+LINE_NAMED = re.compile(r"file line (\d+)\b")  # the physical line (the header is line 1)
 
 
 def first_damaged_line(original: bytes, corrupted: bytes) -> int:

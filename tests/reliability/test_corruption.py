@@ -258,10 +258,10 @@ def _cli_corruption(data: bytes, how: str) -> bytes:
 @pytest.mark.parametrize(
     ("how", "needle"),
     [
-        ("seq-gap", "seq gap in committed region at line 5 (expected 3, got 4)"),
-        ("invalid-utf8", "unparsable committed event at line 4"),
+        ("seq-gap", "seq gap in committed region at line 4 (expected 3, got 4)"),
+        ("invalid-utf8", "unparsable committed event at line 3"),
         ("wrong-header", "first line is not a session header"),
-        ("huge-line", "unparsable committed event at line 6"),
+        ("huge-line", "unparsable committed event at line 5"),
         ("header-less", "empty or header-less session log"),
     ],
 )

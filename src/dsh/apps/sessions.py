@@ -334,7 +334,7 @@ async def import_file(args: argparse.Namespace) -> int:
         header = {k: v for k, v in header.items() if k != "type"}
         Session.restore(str(header["id"]), events, header=header)
     except Exception as exc:
-        raise StoreError(f"corrupt session log {args.file}: {exc}") from None
+        raise StoreError(f"corrupt session log: {exc} ({args.file})") from None
     store, ctx = await open_store(args)
     try:
         await store.create(header)

@@ -41,9 +41,10 @@ class SessionLocked(StoreError):
 class CorruptSessionLog(StoreError):
     """A committed region that cannot be trusted.
 
-    Messages start with ``corrupt session log`` (followed by where: a file path, or a database
-    and session id), except a log with no complete header line: ``empty or header-less session
-    log: <where>``. Raising it never modifies the log.
+    Messages are the reference's, ``corrupt session log: <what> at line <n>`` (``n`` counts event
+    lines, as the reference does), followed by where in brackets (the path and the file line, or
+    the database and session id), except a log with no complete header line: ``empty or
+    header-less session log: <where>``. Raising it never modifies the log.
     """
 
 

@@ -131,9 +131,7 @@ def parse_header(line: bytes, where: str) -> dict[str, Any]:
     try:
         value = _json.decode(line)
     except (msgspec.DecodeError, ValueError, RecursionError):
-        raise CorruptSessionLog(
-            f"corrupt session log {where}: header line is not valid JSON"
-        ) from None
+        raise corrupt(where, "header line is not valid JSON") from None
     if not (
         type(value) is dict
         and value.get("type") == "session"
@@ -144,7 +142,7 @@ def parse_header(line: bytes, where: str) -> dict[str, Any]:
             value.get(key) is None or type(value[key]) is kind for key, kind in _HEADER_OPTIONALS
         )
     ):
-        raise CorruptSessionLog(f"corrupt session log {where}: first line is not a session header")
+        raise corrupt(where, "first line is not a session header")
     return {key: item for key, item in value.items() if key != "type"}
 
 
@@ -157,10 +155,7 @@ def check_header(header: Mapping[str, Any], session_id: str, where: str) -> None
             "(only v0 is supported)"
         )
     if header["id"] != session_id:
-        raise CorruptSessionLog(
-            f'corrupt session log {where}: header names session "{header["id"]}", '
-            f'not "{session_id}"'
-        )
+        raise corrupt(where, f'header names session "{header["id"]}", not "{session_id}"')
 
 
 def _is_number(value: object) -> bool:
@@ -300,19 +295,28 @@ def _decode_or_none(line: bytes) -> Event | None:
         return None
 
 
+Position = Callable[[int], tuple[str, str]]
+"""Where event ``i`` is: the reference's wording (``line i+1``, ``row i+1``) and an extra locator."""
+
+
+def corrupt(where: str, detail: str) -> CorruptSessionLog:
+    """``corrupt session log: <detail> (<where>)``: the reference's text, then the location."""
+    return CorruptSessionLog(f"corrupt session log: {detail} ({where})")
+
+
 def scan_event_lines(
     lines: Sequence[bytes],
     where: str,
-    position: Callable[[int], str],
+    position: Position,
     *,
     blob: bytes | None = None,
 ) -> list[Event]:
     """Decode event lines and return the preserved prefix (contracts §2.3, "Load and scan").
 
     Finds the last ``turn/end`` that parses; an unparsable line or a ``seq`` that is not its
-    index at or before it raises :class:`CorruptSessionLog` (``corrupt session log <where>:
-    unparsable committed event at <position(i)>`` / ``... seq gap in committed region at
-    <position(i)> (expected i, got s)``). After it, the first such line ends the walk: it and
+    index at or before it raises :class:`CorruptSessionLog` (``corrupt session log: unparsable
+    committed event at line <i+1> (<where>)`` / ``corrupt session log: seq gap in committed
+    region at line <i+1> (expected i, got s) (<where>)``, as the reference words them). After it, the first such line ends the walk: it and
     everything after is torn tail. ``blob`` (all lines' bytes) speeds up the ``-0`` check.
     """
     count = len(lines)
@@ -349,16 +353,16 @@ def scan_event_lines(
     for index, item in enumerate(decoded):
         if item is None:
             if index <= last_end:
-                raise CorruptSessionLog(
-                    f"corrupt session log {where}: unparsable committed event at {position(index)}"
-                )
+                at, extra = position(index)
+                raise corrupt(where + extra, f"unparsable committed event at {at}")
             kept = index
             break
         if item.seq != index:
             if index <= last_end:
-                raise CorruptSessionLog(
-                    f"corrupt session log {where}: seq gap in committed region at "
-                    f"{position(index)} (expected {index}, got {item.seq})"
+                at, extra = position(index)
+                raise corrupt(
+                    where + extra,
+                    f"seq gap in committed region at {at} (expected {index}, got {item.seq})",
                 )
             kept = index
             break
@@ -374,22 +378,20 @@ def restore_log(
     where: str,
     *,
     repair: bool,
-    position: Callable[[int], str] | None = None,
+    position: Position | None = None,
 ) -> tuple[Session, list[Event]]:
     """Validate a scanned prefix as a session (surface rules) and compute its crash closers.
 
     Returns the live session (closers included when ``repair``) and the closers. A failure is
-    :class:`CorruptSessionLog` (``corrupt session log <where>: invalid event at <position(i)>:
-    <reason>``); nothing is written here.
+    :class:`CorruptSessionLog` (``corrupt session log: invalid event at <position(i)>: <reason>
+    (<where>)``); nothing is written here.
     """
     closers: list[Event] = []
     if repair:
         try:
             closers = interrupted_turn_closers(events)
         except (AttributeError, TypeError, KeyError) as exc:
-            raise CorruptSessionLog(
-                f"corrupt session log {where}: cannot close the interrupted turn ({exc})"
-            ) from None
+            raise corrupt(where, f"cannot close the interrupted turn ({exc})") from None
     try:
         session = Session.restore(
             session_id, events + closers if closers else events, header=header
@@ -398,9 +400,9 @@ def restore_log(
         reason = str(exc)
         found = _SEED_ERROR.match(reason)
         if found is not None and position is not None:
-            index = int(found.group(1))
-            reason = f"invalid event at {position(index)}: {found.group(2)}"
-        raise CorruptSessionLog(f"corrupt session log {where}: {reason}") from None
+            at, extra = position(int(found.group(1)))
+            reason, where = f"invalid event at {at}: {found.group(2)}", where + extra
+        raise corrupt(where, reason) from None
     return session, closers
 
 
@@ -709,9 +711,10 @@ class JsonlStore(SessionStore):
             raise ExceptionGroup("jsonl store close failed", errors)
 
 
-def _file_line(index: int) -> str:
-    """Where the event at ``index`` is: its 1-based file line (the header is line 1)."""
-    return f"line {index + 2}"
+def _file_line(index: int) -> tuple[str, str]:
+    """Event ``index`` is "line index+1" as the reference counts (event lines only), and line
+    ``index+2`` of the file (the header is line 1)."""
+    return f"line {index + 1}", f", file line {index + 2}"
 
 
 def _peek(path: str) -> SessionInfo | None:

@@ -21,8 +21,8 @@ Layout (in the configured schema, ``dsh`` by default):
 An exported log is therefore byte-identical to the JSONL store's file for the same session.
 Lines are checked, scanned and repaired with the JSONL store's v0 helpers, as the SQLite store
 does, so all backends accept, refuse and repair the same logs with the same texts; corruption
-messages read ``corrupt session log postgresql://<host:port/db> schema "<s>" (session "<id>"):
-... at row <n>`` where row ``n`` holds seq ``n - 1``.
+messages read ``corrupt session log: ... at row <n> (postgresql://<host:port/db> schema "<s>"
+(session "<id>"))`` where row ``n`` holds seq ``n - 1``.
 
 Plugin: ``name = "postgres-sessions"``, config ``{dsn?, schema?, poolSize?}``, provides
 ``session_store`` and mounts the shared write coordinator.
@@ -51,7 +51,6 @@ from dsh import _json
 from dsh.persistence._paths import encode_session_id
 from dsh.persistence.base import (
     AppendSeqMismatch,
-    CorruptSessionLog,
     InvalidSessionId,
     SessionExists,
     SessionInfo,
@@ -65,6 +64,7 @@ from dsh.persistence.base import (
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
 from dsh.persistence.jsonl import (
     check_header,
+    corrupt,
     encode_event_lines,
     header_line,
     make_header,
@@ -298,9 +298,9 @@ def _channel(schema: str) -> str:
 # refuses and repairs the same logs with the same texts.
 
 
-def _row_number(index: int) -> str:
+def _row_number(index: int) -> tuple[str, str]:
     """Where the event at ``index`` is: its 1-based row in seq order (row ``n`` holds seq n-1)."""
-    return f"row {index + 1}"
+    return f"row {index + 1}", ""
 
 
 def _check_id(session_id: object) -> str:
@@ -709,9 +709,8 @@ class PostgresStore(SessionStore):
         events = scan_event_lines(lines, where, _row_number)
         for index, event in enumerate(events):
             if rows[index][0] != event.seq:  # the key column disagrees with the line
-                raise CorruptSessionLog(
-                    f"corrupt session log {where}: row {index + 1} is keyed seq "
-                    f"{rows[index][0]} but its line holds seq {event.seq}"
+                raise corrupt(
+                    where, f"row {index + 1} is keyed seq {rows[index][0]} but its line holds seq {event.seq}"
                 )
         session, closers = restore_log(
             session_id, header, events, where, repair=repair, position=_row_number

@@ -9,7 +9,7 @@ Each ``events`` row keeps the exact compact JSON line (``line``) that the JSONL 
 and ``sessions.header`` the exact header line, so :meth:`SqliteStore.export` is byte-identical to
 the JSONL file of the same session. ``line`` is the record of truth; ``type``, ``time``, ``data``,
 ``source_event_seqs`` and ``surface_op`` are a queryable projection of it. Corruption messages read
-``corrupt session log <db> (session "<id>"): ... at row <n>`` where row ``n`` (1-based) holds
+``corrupt session log: ... at row <n> (<db> (session "<id>"))`` where row ``n`` (1-based) holds
 seq ``n - 1``.
 
 Plugin: ``name = "sqlite-sessions"``, config ``{path}`` (required), provides ``session_store``.
@@ -29,7 +29,6 @@ from dsh import _json
 from dsh.persistence._locks import WriterLock, acquire
 from dsh.persistence._paths import encode_session_id, ensure_private_dir
 from dsh.persistence.base import (
-    CorruptSessionLog,
     SessionExists,
     SessionInfo,
     SessionLocked,
@@ -42,6 +41,7 @@ from dsh.persistence.base import (
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
 from dsh.persistence.jsonl import (
     check_header,
+    corrupt,
     encode_event_lines,
     gc_paused,
     header_line,
@@ -274,9 +274,8 @@ class SqliteStore(SessionStore):
             events = scan_event_lines(lines, where, _row_number)
             for index, event in enumerate(events):
                 if rows[index][0] != event.seq:  # the key column disagrees with the line
-                    raise CorruptSessionLog(
-                        f"corrupt session log {where}: row {index + 1} is keyed seq "
-                        f"{rows[index][0]} but its line holds seq {event.seq}"
+                    raise corrupt(
+                        where, f"row {index + 1} is keyed seq {rows[index][0]} but its line holds seq {event.seq}"
                     )
             session, closers = restore_log(
                 session_id, header, events, where, repair=repair, position=_row_number
@@ -397,8 +396,8 @@ class SqliteStore(SessionStore):
             db.close()
 
 
-def _row_number(index: int) -> str:
-    return f"row {index + 1}"
+def _row_number(index: int) -> tuple[str, str]:
+    return f"row {index + 1}", ""
 
 
 def _row(session_id: str, event: Event, line: bytes) -> tuple[Any, ...]:
