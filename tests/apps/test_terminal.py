@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import select
+import stat
 import subprocess
 import sys
 import termios
@@ -95,3 +96,7 @@ def test_ctrl_c_cancels_a_slow_turn_and_the_app_keeps_running(workdir: Path) -> 
     # Consistent: every step closed before its turn, seqs contiguous.
     assert [e["seq"] for e in events] == list(range(len(events)))
     assert sum(e["type"] == "step/start" for e in events) == sum(e["type"] == "step/end" for e in events)
+    # Line-editing history persists per project, private like the sessions beside it.
+    history = workdir / ".sessions" / "history"
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600
+    assert "+hello" in history.read_text() and "+again" in history.read_text()

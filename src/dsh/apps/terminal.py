@@ -12,6 +12,7 @@ Ctrl-C at the idle prompt, or Ctrl-D, flushes and leaves.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -67,6 +68,19 @@ class _Writer:
         self._stdout.flush()
 
 
+def _history(app: StdioApp) -> FileHistory | InMemoryHistory:
+    """Prompt history: ``historyFile``, else ``<persistenceRoot>/history`` (per project), 0600."""
+    configured = app.config.history_file
+    path = Path(configured or Path(app.config.persistence_root) / "history").expanduser()
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        os.chmod(path, 0o600)
+    except OSError:
+        return InMemoryHistory()  # an unwritable folder must not keep the app from starting
+    return FileHistory(str(path))
+
+
 async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
     from dsh.apps.stdio import DIM, RESET, Renderer
 
@@ -90,8 +104,7 @@ async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
             write(f"\n{DIM}⊘ turn {reason['kind']}{': ' + detail if detail else ''}{RESET}")
         renderer(session, event)
 
-    history_path = app.config.history_file
-    history = FileHistory(str(Path(history_path).expanduser())) if history_path else InMemoryHistory()
+    history = _history(app)
     prompt: PromptSession[str] = PromptSession(history=history)
     remove = app.ctx.on("session/event", on_event)
     console.print(f"[bold]{escape(app.config.welcome)}[/bold] [dim]session {escape(app.session_id)} · Ctrl-D to leave[/dim]")
