@@ -352,7 +352,8 @@ def _seed_event(item: Event | Mapping[str, Any], index: int) -> Event:
     if not isinstance(type_, str) or not type_:
         raise InvalidEventError("type must be a non-empty string")
     if type(seq) is not int or seq != index:
-        raise InvalidEventError(f"seq {_json.dumps(seq) if _json.is_lossless(seq) else seq!r} does not match its index {index}")
+        shown = _json.dumps(seq) if _json.is_lossless(seq) else repr(seq)
+        raise InvalidEventError(f"seq {shown} does not match its index {index}")
     if type(time) is not int or time < 0:
         raise InvalidEventError("time must be a non-negative integer")
     try:
