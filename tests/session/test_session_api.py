@@ -63,7 +63,7 @@ def test_seeding_validates_like_append_and_notifies_nobody() -> None:
         Session("c", bad)
     missing = [e.to_json() for e in source.events]
     del missing[1]["surfaceOp"]
-    with pytest.raises(InvalidEventError, match="index 1: .*requires a surfaceOp marker"):
+    with pytest.raises(InvalidEventError, match=r"index 1: .*requires a surfaceOp marker"):
         Session("d", missing)
     extra = [{**e.to_json(), "extra": 1} for e in source.events]
     with pytest.raises(InvalidEventError, match="index 0: unexpected envelope key"):
