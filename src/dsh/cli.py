@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -360,10 +359,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"dsh: {_one_line(exc)} (run with --debug for details)", file=sys.stderr)
         return 1
-
-
-def json_dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=2)
 
 
 if __name__ == "__main__":  # pragma: no cover

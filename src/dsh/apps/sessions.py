@@ -162,11 +162,6 @@ def _event_line(event: Event) -> str:
     return escape_controls(f"{event.seq:>6} {_time(event.time)} {event.type:<18} {_json.dumps(event.data)}")
 
 
-async def _load(store: SessionStore, session_id: str) -> Session:
-    stored = await store.read(session_id)
-    return Session.restore(session_id, stored.events, header=stored.header)
-
-
 async def show(store: SessionStore, args: argparse.Namespace) -> int:
     stored = await store.read(args.id)
     out = sys.stdout
