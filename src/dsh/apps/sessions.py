@@ -21,7 +21,7 @@ from typing import Any
 
 from dsh import _json
 from dsh.persistence.base import SessionStore, StoredSession, StoreError
-from dsh.session import Event, Session, derive_messages, encode_event
+from dsh.session import DerivedMessages, Event, Session, encode_event
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -205,16 +205,20 @@ def rebuild_requests(events: Sequence[Event]) -> list[dict[str, Any]]:
     """Every step's request, from the log alone (the RFC's reconstructable requests).
 
     The header of a step is the one logged right after its ``step/start`` (a first request or a
-    change), otherwise the latest one before it.
+    change), otherwise the latest one before it. The log is replayed once; the messages of a
+    step are the derivation snapshot taken just before its ``step/start``.
     """
     requests = []
     latest: dict[str, Any] | None = None
-    pending: tuple[Event, int, int] | None = None
+    pending: tuple[Event, int, int, DerivedMessages] | None = None
+    replay = Session("requests")
 
-    def close(step_start: Event, turn: int, step: int, header: dict[str, Any] | None) -> None:
+    def close(
+        step_start: Event, turn: int, step: int, history: DerivedMessages, header: dict[str, Any] | None
+    ) -> None:
         header = header or {}
         prefix = list(header.get("messagePrefix") or [])
-        messages = prefix + derive_messages(events[: step_start.seq])
+        messages = prefix + history.to_list()
         config = header.get("config") or {}
         requests.append({"turn": turn, "step": step, "seq": step_start.seq, "model": config.get("model"),
                          "config": config, "system": header.get("system"), "tools": header.get("tools") or [],
@@ -230,7 +234,9 @@ def rebuild_requests(events: Sequence[Event]) -> list[dict[str, Any]]:
             close(*pending, latest)
             pending = None
         if event.type == "step/start":
-            pending = (event, int(event.data.get("turn", 0)), int(event.data.get("step", 0)))
+            turn, step = int(event.data.get("turn", 0)), int(event.data.get("step", 0))
+            pending = (event, turn, step, replay.derive_messages())
+        replay.extend([event])
     if pending is not None:
         close(*pending, latest)
     return requests

@@ -119,20 +119,27 @@ class Session:
         walk: data parsed from JSON text is JSON by construction (the store rejects ``-0``).
         """
         session = cls(id, header=header)
-        for index, event in enumerate(events):
+        session.extend(events)
+        return session
+
+    def extend(self, events: Iterable[Event]) -> None:
+        """Commit events of a replayed log after those already held, without publishing them.
+
+        The checks are :meth:`restore`'s; a failure names the event's index in the log and
+        leaves the events before it committed.
+        """
+        for event in events:
+            index = len(self._events)
             try:
                 if event.seq != index:
                     raise InvalidEventError(f"seq {event.seq} does not match its index {index}")
                 if event.time < 0:
                     raise InvalidEventError(f"time {event.time} must be a non-negative integer")
                 check_vocabulary(event.type, event.data)
-                session._check_transition(
-                    event.type, event.seq, event.surface_op, event.source_event_seqs
-                )
+                self._check_transition(event.type, event.seq, event.surface_op, event.source_event_seqs)
             except (InvalidEventError, TypeError, KeyError) as exc:
                 raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
-            session._commit(event)
-        return session
+            self._commit(event)
 
     # -- reading -----------------------------------------------------------------------------
 
