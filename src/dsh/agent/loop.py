@@ -257,9 +257,7 @@ class AgentLoop:
             raise RuntimeError("cannot resume: no session store is mounted")
         stored = await store.load(session_id)
         try:
-            session = getattr(stored, "session", None)
-            if not isinstance(session, Session):
-                session = Session.restore(session_id, list(stored.events), header=stored.header)
+            session = stored.live()
             self._check_free(agent_id)
             self._ctx.sessions.adopt(session)
         except BaseException:

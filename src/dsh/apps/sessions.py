@@ -170,7 +170,7 @@ async def show(store: SessionStore, args: argparse.Namespace) -> int:
         for event in stored.events:
             out.write(encode_event(event).decode() + "\n")
     else:
-        session = Session.restore(args.id, stored.events, header=stored.header)
+        session = stored.live()
         lines = [_event_line(e) for e in session.events] if args.events else timeline(session)
         out.write("\n".join(lines) + "\n")
     out.flush()

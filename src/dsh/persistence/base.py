@@ -74,6 +74,12 @@ class StoredSession:
     """The validated live session, when the store built one while checking the log (its
     ``events`` equal :attr:`events`). Callers may adopt it instead of folding the log again."""
 
+    def live(self) -> Session:
+        """The session the store built, or one folded from :attr:`events` when it built none."""
+        if self.session is not None:
+            return self.session
+        return Session.restore(str(self.header["id"]), self.events, header=self.header)
+
 
 @dataclass(frozen=True)
 class SessionInfo:
