@@ -132,6 +132,8 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         llm = PluginEntry(id="llm", name="echo-llm")
     app: dict[str, Any] = {"model": model, "persistenceRoot": args.root or DEFAULT_ROOT}
     app.update(_store_config(args))
+    if args.resume:
+        app["resumeSessionId"] = args.resume
     return [
         llm,
         PluginEntry(id="echo-tool", name="echo-tool"),
@@ -188,29 +190,28 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
 async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
     """The session store the ``sessions`` commands (and ``--continue``) read."""
     ctx = Context()
-    kind = args.store
+    kind, root, sqlite = args.store, args.root, args.sqlite
     entry: PluginEntry | None = None
     if getattr(args, "config", None) and not kind:
-        entries = load_config_file(args.config)
-        for e in entries:
-            if e.name in STORE_NAMES and not e.disabled:
-                entry = e
-        if entry is None:
-            for e in entries:
-                if e.name in APP_NAMES and not e.disabled:
-                    app = e.config or {}
-                    root = Path(args.config).resolve().parent
-                    kind = app.get("store", "jsonl")
-                    args.root = args.root or str(Path(os.getcwd(), app.get("persistenceRoot", DEFAULT_ROOT)))
-                    if kind == "sqlite" and app.get("sqlitePath"):
-                        args.sqlite = args.sqlite or str(root / app["sqlitePath"])
+        entries = [e for e in load_config_file(args.config) if not e.disabled]
+        stores = [e for e in entries if e.name in STORE_NAMES]
+        apps = [e for e in entries if e.name in APP_NAMES]
+        if stores:
+            entry = stores[-1]
+        elif apps:
+            # The app's own store, with its paths resolved as the app resolves them (cwd).
+            app = apps[0].config or {}
+            kind = app.get("store", "jsonl")
+            root = root or app.get("persistenceRoot")
+            sqlite = sqlite or app.get("sqlitePath")
     if entry is None:
         kind = kind or "jsonl"
-        root = Path(args.root or DEFAULT_ROOT).expanduser().resolve()
+        folder = Path(root or DEFAULT_ROOT).expanduser().resolve()
         if kind == "jsonl":
-            entry = PluginEntry("store", "jsonl-sessions", {"root": str(root)})
+            entry = PluginEntry("store", "jsonl-sessions", {"root": str(folder)})
         elif kind == "sqlite":
-            entry = PluginEntry("store", "sqlite-sessions", {"path": str(Path(args.sqlite).resolve()) if args.sqlite else str(root / "sessions.sqlite3")})
+            path = Path(sqlite).expanduser().resolve() if sqlite else folder / "sessions.sqlite3"
+            entry = PluginEntry("store", "sqlite-sessions", {"path": str(path)})
         else:
             entry = PluginEntry("store", "postgres-sessions", {"dsn": args.dsn} if args.dsn else {})
     base = Path(args.config).resolve().parent if getattr(args, "config", None) else None
@@ -238,10 +239,6 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     if args.continue_:
         args.resume = await newest_session_here(args)
     entries, base_dir = composition(args)
-    if not args.config and args.resume:
-        for i, entry in enumerate(entries):
-            if entry.name == "stdio-app":
-                entries[i] = PluginEntry(entry.id, entry.name, {**entry.config, "resumeSessionId": args.resume})
     ctx = Context()
     try:
         await load_plugins(ctx, entries, base_dir=base_dir)

@@ -164,3 +164,20 @@ def test_export_import_round_trip(workdir: Path, tmp_path: Path) -> None:
     assert copy.read_bytes() == log.read_bytes()
     start = time.monotonic()
     assert time.monotonic() - start < 5
+
+
+def test_sessions_config_reads_the_database_the_app_wrote(workdir: Path) -> None:
+    (workdir / "conf").mkdir()
+    (workdir / "conf" / "dsh.yml").write_text(
+        "- id: echo\n  name: echo-llm\n  config: {delayMs: 0}\n"
+        "- id: app\n  name: stdio-app\n  config: {model: mock-echo, store: sqlite, sqlitePath: data/s.db}\n"
+    )
+    chat = run_dsh(["chat", "--config", "conf/dsh.yml"], workdir, stdin="hi\n")
+    assert chat.returncode == 0, chat.stderr
+    assert (workdir / "data" / "s.db").exists()  # relative to the cwd, as persistenceRoot is
+    listing = run_dsh(["sessions", "list", "--json", "--config", "conf/dsh.yml"], workdir)
+    assert listing.returncode == 0, listing.stderr
+    assert [row["turns"] for row in json.loads(listing.stdout)] == [1]
+    resumed = run_dsh(["chat", "--resume", json.loads(listing.stdout)[0]["id"]], workdir, stdin="x\n")
+    assert resumed.returncode == 1  # the default JSONL store does not have it: a clear error
+    assert "not found" in resumed.stderr
