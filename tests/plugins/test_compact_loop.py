@@ -16,6 +16,7 @@ from tests.fixtures import FIXTURES
 
 from dsh.agent import Agent, AgentOptions
 from dsh.llm.types import LlmError
+from dsh.persistence.base import StoredSession
 from dsh.plugins import compact, time_context
 from dsh.plugins.compact import (
     CHECKPOINT_PREAMBLE,
@@ -1061,15 +1062,9 @@ class MemoryStore:
     def __init__(self, session_id: str, events: Sequence[Event], header: dict[str, Any]) -> None:
         self._stored = {session_id: (list(events), header)}
 
-    async def load(self, session_id: str) -> Any:
+    async def load(self, session_id: str) -> StoredSession:
         events, header = self._stored[session_id]
-
-        @dataclass
-        class Stored:
-            events: list[Event]
-            header: dict[str, Any]
-
-        return Stored(events, header)
+        return StoredSession(header, events)
 
     async def release(self, session_id: str) -> None:
         return None
