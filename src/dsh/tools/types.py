@@ -73,6 +73,9 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     execute: ToolExecute = field(repr=False)
+    # True for tools whose every call must pass the approval policy (e.g. an untrusted MCP
+    # server's tools); the workspace tools decide per call and leave this False.
+    needs_approval: bool = False
 
     def schema(self) -> dict[str, Any]:
         """The model-facing declaration ``{name, description, parameters}`` (a fresh copy, so
@@ -90,6 +93,7 @@ def define_tool(
     description: str,
     parameters: Mapping[str, Any] | None = None,
     execute: ToolExecute,
+    needs_approval: bool = False,
 ) -> Tool:
     """Declare a tool. ``parameters`` defaults to an empty object schema
     ``{"type": "object", "properties": {}}``; ``execute(args, call)`` may be plain or async and
@@ -105,4 +109,10 @@ def define_tool(
         if parameters is None
         else copy.deepcopy(dict(parameters))
     )
-    return Tool(name=name, description=description, parameters=params, execute=execute)
+    return Tool(
+        name=name,
+        description=description,
+        parameters=params,
+        execute=execute,
+        needs_approval=needs_approval,
+    )
