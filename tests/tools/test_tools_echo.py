@@ -38,9 +38,16 @@ async def test_echo_bad_arguments_are_an_error_result() -> None:
     ctx = Context()
     await ctx.plugin(tools_plugin)
     await ctx.plugin(echo_plugin)
-    for args in ("not json", {}, {"text": 3}):
+    # The registry checks the schema before the tool runs (the echo tool's own check is the
+    # fallback for callers that bypass the registry).
+    cases: list[tuple[object, str]] = [
+        ("not json", "not valid JSON (Expecting value: line 1 column 1 (char 0))"),
+        ({}, '$: missing required property "text"'),
+        ({"text": 3}, "$.text: expected string, got integer"),
+    ]
+    for args, problem in cases:
         result = await ctx.tools.execute(call_id="c", name="echo", arguments=args)
         assert result.is_error
         assert result.content == [
-            {"type": "text", "text": 'Error: echo: expected arguments {"text": <string>}'}
+            {"type": "text", "text": f'Error: invalid arguments for tool "echo": {problem}'}
         ]

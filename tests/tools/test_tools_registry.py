@@ -134,8 +134,8 @@ async def test_call_object_and_async_execute() -> None:
         controller.signal,
     )
     # Without a signal the tool still gets a (never-aborted) one.
-    await ctx.tools.execute(call_id="c", name="t", arguments="raw {json")
-    assert seen[1][0] == "raw {json" and seen[1][1].signal.aborted is False
+    await ctx.tools.execute(call_id="c", name="t", arguments={})
+    assert seen[1][0] == {} and seen[1][1].signal.aborted is False
 
 
 async def test_raising_body_becomes_error_result() -> None:
@@ -222,3 +222,75 @@ async def test_result_shapes_are_normalized() -> None:
 async def test_register_rejects_non_tools() -> None:
     with pytest.raises(TypeError):
         ToolRegistry().register({"name": "x"})  # type: ignore[arg-type]
+
+
+ADD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "a": {"type": "integer"},
+        "b": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["a", "b"],
+}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"a": 1}, '$: missing required property "b"'),
+        ({}, '$: missing required properties "a", "b"'),
+        ({"a": "1", "b": 2}, "$.a: expected integer, got string"),
+        ({"a": 1, "b": 2, "tags": ["x", 3]}, "$.tags[1]: expected string, got integer"),
+        ([1, 2], "$: expected object, got array"),
+        (
+            "{'a': 1",
+            "not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))",
+        ),
+    ],
+)
+async def test_arguments_are_validated_against_the_schema_before_the_tool_runs(
+    arguments: Any, problem: str
+) -> None:
+    calls: list[Any] = []
+
+    def add(args: Any, call: ToolCall) -> str:
+        calls.append(args)
+        return str(args["a"] + args["b"])
+
+    reg = ToolRegistry()
+    reg.register(define_tool(name="add", description="d", parameters=ADD_SCHEMA, execute=add))
+    result = await reg.execute(call_id="1", name="add", arguments=arguments)
+    assert result == ToolResult(
+        content=[{"type": "text", "text": f'Error: invalid arguments for tool "add": {problem}'}],
+        is_error=True,
+        error={"name": "InvalidToolArguments", "code": "INVALID_ARGUMENTS"},
+    )
+    assert calls == []  # the tool never saw them
+    ok = await reg.execute(call_id="2", name="add", arguments={"a": 1, "b": 2})
+    assert ok == ToolResult(content=[{"type": "text", "text": "3"}])
+
+
+async def test_validator_follows_a_reregistered_tool_and_an_invalid_schema_is_not_enforced() -> (
+    None
+):
+    reg = ToolRegistry()
+    remove = reg.register(
+        define_tool(name="t", description="d", parameters=ADD_SCHEMA, execute=lambda a, c: "ran")
+    )
+    assert (await reg.execute(call_id="1", name="t", arguments={})).is_error
+    remove()
+    loose = {"type": "object", "properties": {}}
+    reg.register(
+        define_tool(name="t", description="d", parameters=loose, execute=lambda a, c: "ran")
+    )
+    assert (await reg.execute(call_id="2", name="t", arguments={})).content == [
+        {"type": "text", "text": "ran"}
+    ]
+    broken = {"type": "object", "properties": {"a": {"type": "no-such-type"}}}
+    reg.register(
+        define_tool(name="b", description="d", parameters=broken, execute=lambda a, c: "ran")
+    )
+    assert (await reg.execute(call_id="3", name="b", arguments={"a": 1})).content == [
+        {"type": "text", "text": "ran"}
+    ]

@@ -5,16 +5,30 @@ loop calls for every tool call. The pipeline never raises into the loop: an unkn
 raising body or a malformed return value all become an ``Error: ...`` result with
 ``is_error=True``. Only cancellation (``asyncio.CancelledError``) and process-level exits pass
 through, since swallowing them would make a cancelled turn hang or an interrupt ignored.
+
+Before a tool runs, its arguments are checked against its ``parameters`` JSON Schema (by the
+``jsonschema`` package; one compiled validator per registered tool, built on first use). A
+string that is not JSON, or arguments the schema rejects, never reach the tool: the model gets
+``Error: invalid arguments for tool "<name>": <path>: <problem>`` (``$`` is the arguments
+object, ``$.a[0]`` a nested value; ``expected integer, got string``, ``missing required property
+"b"``) with ``error {name: "InvalidToolArguments", code: "INVALID_ARGUMENTS"}``. A tool whose
+own schema is not a valid JSON Schema is run unchecked (logged once), so one sloppy declaration
+does not disable the tool.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.protocols
+import jsonschema.validators
 import msgspec
 
 from dsh.runtime.abort import AbortController, AbortSignal
@@ -40,6 +54,8 @@ class ToolRegistry:
 
     def __init__(self, *, tool_order: Sequence[str] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
+        # name -> (the tool it was built for, its validator or None when the schema is invalid)
+        self._validators: dict[str, tuple[Tool, jsonschema.protocols.Validator | None]] = {}
         self.tool_order: list[str] | None = list(tool_order) if tool_order is not None else None
 
     def register(self, tool: Tool) -> Callable[[], None]:
@@ -54,6 +70,7 @@ class ToolRegistry:
             # Only remove our own registration, never a later tool that reused the name.
             if self._tools.get(tool.name) is tool:
                 del self._tools[tool.name]
+                self._validators.pop(tool.name, None)
 
         return unregister
 
@@ -98,6 +115,13 @@ class ToolRegistry:
                 is_error=True,
                 error={"name": "ToolNotFoundError", "code": "UNKNOWN_TOOL"},
             )
+        invalid = self._check_arguments(tool, arguments)
+        if invalid is not None:
+            return ToolResult(
+                content=[_text(f'Error: invalid arguments for tool "{name}": {invalid}')],
+                is_error=True,
+                error={"name": "InvalidToolArguments", "code": "INVALID_ARGUMENTS"},
+            )
         call = ToolCall(
             call_id=call_id,
             name=name,
@@ -114,6 +138,81 @@ class ToolRegistry:
             # Exception, not BaseException: CancelledError/KeyboardInterrupt must propagate.
             _log.debug("tool %s failed", name, exc_info=True)
             return _error_result(exc)
+
+    def _validator(self, tool: Tool) -> jsonschema.protocols.Validator | None:
+        cached = self._validators.get(tool.name)
+        if cached is not None and cached[0] is tool:
+            return cached[1]
+        schema = tool.parameters
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        validator: jsonschema.protocols.Validator | None
+        try:
+            cls.check_schema(schema)
+            validator = cls(schema)
+        except jsonschema.exceptions.SchemaError as exc:
+            _log.warning(
+                'tool "%s" declares an invalid parameter schema (%s); its arguments are not checked',
+                tool.name,
+                exc.message,
+            )
+            validator = None
+        self._validators[tool.name] = (tool, validator)
+        return validator
+
+    def _check_arguments(self, tool: Tool, arguments: Any) -> str | None:
+        """Why ``arguments`` do not fit ``tool``'s schema (one line), or None when they do."""
+        if isinstance(arguments, str):
+            # The loop passes the raw text when the model's JSON did not parse.
+            try:
+                json.loads(arguments)
+            except ValueError as exc:
+                return f"not valid JSON ({exc})"
+            except RecursionError:
+                return "not valid JSON (nested too deeply)"
+        validator = self._validator(tool)
+        if validator is None:
+            return None
+        errors = sorted(
+            validator.iter_errors(arguments),
+            key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
+        )
+        if not errors:
+            return None
+        # One "required" failure per missing property describes them all: keep it once.
+        problems = list(dict.fromkeys(_describe(e) for e in errors))
+        shown = "; ".join(problems[:3])
+        more = len(problems) - 3
+        return shown + (f" (and {more} more)" if more > 0 else "")
+
+
+_JSON_TYPES = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
+
+
+def _json_type(value: object) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _describe(error: jsonschema.exceptions.ValidationError) -> str:
+    path = error.json_path
+    if error.validator == "required":
+        required = error.validator_value if isinstance(error.validator_value, list) else []
+        have = error.instance if isinstance(error.instance, dict) else {}
+        missing = [json.dumps(p) for p in required if p not in have]
+        plural = "y" if len(missing) == 1 else "ies"
+        return f"{path}: missing required propert{plural} {', '.join(missing)}"
+    if error.validator == "type":
+        expected = error.validator_value
+        wanted = " or ".join(expected) if isinstance(expected, list) else str(expected)
+        return f"{path}: expected {wanted}, got {_json_type(error.instance)}"
+    return f"{path}: {error.message}"
 
 
 def _text(text: str) -> ContentBlock:
