@@ -311,8 +311,16 @@ async def test_tool_errors_become_error_results() -> None:
             "turn": 1, "step": 1, "callId": "c", "content": text("Error: no such file"),
             "isError": True, "error": {"name": "ToolError", "code": "ENOENT"},
         }
-        assert results[3]["content"] == text("raw ok")
-        assert seen == ["{not json"]
+        # Arguments that are not JSON never reach the tool (the registry's schema check).
+        assert results[3] == {
+            "turn": 1, "step": 1, "callId": "d", "isError": True,
+            "content": text(
+                'Error: invalid arguments for tool "raw": not valid JSON (Expecting property name '
+                "enclosed in double quotes: line 1 column 2 (char 1))"
+            ),
+            "error": {"name": "InvalidToolArguments", "code": "INVALID_ARGUMENTS"},
+        }
+        assert seen == []
         # The tool errors do not end the turn: the model sees them and answers.
         assert turn_ends(agent.session) == [{"kind": "completed"}]
         last = rig.adapter.requests[1].messages[-4]
