@@ -129,7 +129,8 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
                 llm_config["apiKeyEnv"] = "OPENAI_API_KEY"
         llm = PluginEntry(id="llm", name="openai-llm", config=llm_config)
     else:
-        llm = PluginEntry(id="llm", name="echo-llm")
+        # userText: the mock answers what was typed, not the time reading (see dsh.llm.echo).
+        llm = PluginEntry(id="llm", name="echo-llm", config={"answer": "userText"})
     app: dict[str, Any] = {"model": model, "persistenceRoot": args.root or DEFAULT_ROOT}
     app.update(_store_config(args))
     if args.resume:

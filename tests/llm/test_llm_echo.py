@@ -221,3 +221,40 @@ async def test_plugin_waits_for_llm_service() -> None:
     await ctx.plugin(service)
     await fiber.ready()
     assert ctx.llm.has_model("mock-echo")
+
+
+async def test_user_text_answer_skips_plugin_context_and_unwraps_steering() -> None:
+    reading = user(text('<context source="plugin">'), text("Time sampled"), text("</context>"))
+    adapter = MockEchoAdapter(0, "userText")
+    chunks = await collect(adapter, LlmRequest("m", [user(text("echo hello world")), reading]))
+    calls = [c for c in chunks if c["type"] == "tool-call-delta"]
+    assert [c["argumentsDelta"] for c in calls] == [js({"text": "hello world"})]  # type: ignore[typeddict-item]
+    # After the tool result a reading follows; the mock still sees the result, not "echo" again.
+    result = user({"type": "tool-result", "toolCallId": "call-echo", "content": [], "isError": False})
+    after = [
+        user(text("echo hello world")),
+        reading,
+        {"role": "assistant", "content": [text("Let me echo that for you.")]},
+        result,
+        reading,
+    ]
+    chunks = await collect(adapter, LlmRequest("m", after))
+    assert chunks[-3]["block"] == text("The echo tool has spoken.")  # type: ignore[typeddict-item]
+    steering = user(text('<steering source="user">'), text("echo steer"), text("</steering>"))
+    chunks = await collect(adapter, LlmRequest("m", [user(text("first")), steering, reading]))
+    assert any(c["type"] == "tool-call-delta" for c in chunks)
+    # The reference rule stays the default.
+    assert MockEchoAdapter(0).answer == "lastUserBlock"
+
+
+async def test_answer_option_comes_from_plugin_config() -> None:
+    ctx = Context()
+    await ctx.plugin(service)
+    await ctx.plugin(echo, {"delayMs": 0, "answer": "userText"})
+    reading = user(text('<context source="plugin">'), text("Time sampled"), text("</context>"))
+    request = LlmRequest("mock-echo", [user(text("hi")), reading])
+    chunks = [c async for c in ctx.llm.stream(request)]
+    assert chunks[-3]["block"]["text"].startswith('You said: "hi"')  # type: ignore[typeddict-item]
+    with pytest.raises(ConfigError):
+        await Context().plugin(echo, {"answer": "newest"})
+    await ctx.dispose()

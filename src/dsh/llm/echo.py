@@ -15,6 +15,15 @@ chunk stream reproduces the reference mock byte for byte (see the ``stdio-tool-c
 
 Each delta is followed by a ``delayMs`` pause (default 2 ms). An aborted ``request.signal`` ends
 the stream promptly with finish ``{kind:'aborted'}``.
+
+``answer`` chooses what the mock reads. ``lastUserBlock`` (the default) is the reference rule
+above, which YAML compositions and the reference's own end-to-end runs rely on. With plugin
+context in the history (a time reading before every step), that rule answers the reading,
+because it is a separate block inside the ``<context>`` wrapper. ``userText`` first drops the
+context messages (user-role messages wrapped in ``<context …>…</context>``) and unwraps steering
+(``<steering …>…</steering>``), then applies the same rules, so the mock answers what the person
+typed and ``echo <text>`` calls the tool even when a reading follows the tool result. The
+built-in ``dsh chat`` composition (no ``--config``) uses ``userText``.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
@@ -43,11 +52,17 @@ TOOL_SPOKEN = "The echo tool has spoken."
 _RACE_THRESHOLD_S = 0.05
 
 
+Answer = Literal["lastUserBlock", "userText"]
+
+
 class Config(msgspec.Struct, rename="camel", omit_defaults=True):
-    """``delayMs``: pause after each delta (0 for none); ``models``: the names served."""
+    """``delayMs``: pause after each delta (0 for none); ``models``: the names served;
+    ``answer``: ``lastUserBlock`` (reference-exact, default) or ``userText`` (skip plugin
+    context, see the module doc)."""
 
     delay_ms: Annotated[float, msgspec.Meta(ge=0)] = 2
     models: list[str] = msgspec.field(default_factory=lambda: ["mock-echo"])
+    answer: Answer = "lastUserBlock"
 
 
 def _js_json(value: object) -> str:
@@ -80,6 +95,32 @@ def has_tool_result(messages: Sequence[Mapping[str, Any]]) -> bool:
     return any(block.get("type") == "tool-result" for block in messages[-1].get("content") or ())
 
 
+def _wrapped(message: Mapping[str, Any], tag: str) -> bool:
+    """Whether a user-role message is a ``<tag …>…</tag>`` envelope (as the log projects it)."""
+    blocks: Sequence[Mapping[str, Any]] = message.get("content") or []
+    if message.get("role") != "user" or len(blocks) < 2:
+        return False
+    first, last = blocks[0], blocks[-1]
+    return (
+        first.get("type") == "text"
+        and str(first.get("text", "")).startswith(f"<{tag}")
+        and last.get("type") == "text"
+        and last.get("text") == f"</{tag}>"
+    )
+
+
+def user_authored(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``messages`` without plugin context messages, steering unwrapped to its own blocks."""
+    kept: list[Mapping[str, Any]] = []
+    for message in messages:
+        if _wrapped(message, "context"):
+            continue
+        if _wrapped(message, "steering"):
+            message = {"role": "user", "content": list(message["content"])[1:-1]}
+        kept.append(message)
+    return kept
+
+
 async def _pause(seconds: float, signal: AbortSignalLike | None) -> None:
     if seconds <= 0:
         return
@@ -96,13 +137,16 @@ async def _pause(seconds: float, signal: AbortSignalLike | None) -> None:
 class MockEchoAdapter:
     """The ``mock-echo`` model: echoes the user, or calls the ``echo`` tool on ``echo <text>``."""
 
-    def __init__(self, delay_ms: float = 2) -> None:
+    def __init__(self, delay_ms: float = 2, answer: Answer = "lastUserBlock") -> None:
         self.delay = max(0.0, delay_ms) / 1000
+        self.answer = answer
 
     async def stream(self, request: LlmRequest) -> AsyncIterator[StreamChunk]:
         signal = request.signal
         delay = self.delay
-        messages = request.messages
+        messages: Sequence[Mapping[str, Any]] = request.messages
+        if self.answer == "userText":
+            messages = user_authored(messages)
         user_text = last_user_text(messages)
         tool_result = has_tool_result(messages)
 
@@ -169,4 +213,4 @@ def apply(ctx: Context, config: Config | Mapping[str, Any] | None = None) -> Non
     """Register :class:`MockEchoAdapter` for ``config.models``; removed with the plugin."""
     cfg = _config(config)
     llm = ctx.llm
-    ctx.defer(llm.register_adapter(cfg.models, MockEchoAdapter(cfg.delay_ms)))
+    ctx.defer(llm.register_adapter(cfg.models, MockEchoAdapter(cfg.delay_ms, cfg.answer)))
