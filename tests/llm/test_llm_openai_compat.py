@@ -428,7 +428,16 @@ async def test_http_errors(
 ) -> None:
     sse_server.push(Reply.error(status, f"provider says {status}"))
     err, got = await fail(adapter, request())
-    assert (err.code, err.status, str(err)) == (code, status, f"provider says {status}")
+    causes = {
+        "INVALID_REQUEST": "request rejected",
+        "AUTH": "authentication failed",
+        "HTTP_404": "not found (is the model name or the base URL wrong?)",
+        "RATE_LIMIT": "rate limited",
+        "SERVER": "server error",
+    }
+    # The endpoint, then the cause, then the provider's words (max_retries=0: no "after N").
+    line = f"{sse_server.base_url}: {causes[code]} (HTTP {status}: provider says {status})"
+    assert (err.code, err.status, str(err)) == (code, status, line)
     assert got == []
     assert len(sse_server.requests) == 1  # max_retries=0
 
@@ -438,7 +447,7 @@ async def test_error_without_a_json_body(
 ) -> None:
     sse_server.push(Reply.json(502, b""))
     err, _ = await fail(adapter, request())
-    assert (err.code, err.status, str(err)) == ("SERVER", 502, "LLM API error (HTTP 502)")
+    assert (err.code, err.status, str(err)) == ("SERVER", 502, f"{sse_server.base_url}: server error (HTTP 502)")
 
 
 async def test_5xx_is_retried_up_to_max_retries(sse_server: SSEServer) -> None:
@@ -519,7 +528,10 @@ async def test_in_stream_error_event(sse_server: SSEServer, adapter: OpenAICompa
         Reply.sse([chunk(content="a"), {"error": {"message": "overloaded mid-stream"}}])
     )
     err, _ = await fail(adapter, request())
-    assert (err.code, str(err)) == ("SERVER", "overloaded mid-stream")
+    assert (err.code, str(err)) == (
+        "SERVER",
+        f"{sse_server.base_url}: the model reported an error: overloaded mid-stream",
+    )
 
 
 async def test_connection_refused() -> None:
@@ -652,7 +664,10 @@ async def test_key_never_appears_in_errors_or_logs(
         err, _ = await fail(adapter, request())
         errors.append(err)
     assert [e.code for e in errors] == ["AUTH", "MALFORMED_RESPONSE", "SERVER"]
-    assert str(errors[0]) == "Incorrect API key provided: [redacted]. Check your key."
+    assert str(errors[0]) == (
+        f"{sse_server.base_url}: authentication failed "
+        "(HTTP 401: Incorrect API key provided: [redacted]. Check your key.)"
+    )
     for err in errors:
         no_key_anywhere(err)
     assert caplog.records  # the SDK did log at debug level
@@ -739,3 +754,32 @@ def test_config_defaults() -> None:
         "https://api.deepseek.com",
         __import__("os").environ.get("DEEPSEEK_BASE_URL"),
     )
+
+
+async def test_retried_failures_say_how_many_attempts(sse_server: SSEServer) -> None:
+    adapter = OpenAICompatAdapter(api_key=KEY, base_url=sse_server.base_url, max_retries=2)
+    fast = {"retry-after-ms": "5"}
+    sse_server.push(*[Reply.error(429, "slow down", headers=fast) for _ in range(3)])
+    err, _ = await fail(adapter, request())
+    assert str(err) == f"{sse_server.base_url}: rate limited after 3 attempts (HTTP 429: slow down)"
+    # Not retried by the SDK, so no attempt count.
+    sse_server.push(Reply.error(401, "bad key"))
+    err, _ = await fail(adapter, request())
+    assert str(err) == f"{sse_server.base_url}: authentication failed (HTTP 401: bad key)"
+    await adapter.aclose()
+
+
+async def test_idle_timeout_is_on_by_default_and_names_itself(sse_server: SSEServer) -> None:
+    adapter = OpenAICompatAdapter(api_key=KEY, base_url=sse_server.base_url, max_retries=0)
+    assert adapter.timeout == openai_compat.DEFAULT_TIMEOUT_SECONDS == 120
+    short = OpenAICompatAdapter(
+        api_key=KEY, base_url=sse_server.base_url, max_retries=0, timeout_seconds=0.3
+    )
+    # One chunk, then silence: the turn must not hang.
+    sse_server.push(Reply.sse([chunk(content="a"), chunk(content="b", finish="stop")], delay=5))
+    err, got = await fail(short, request())
+    assert [c.get("text") for c in got if c["type"] == "text-delta"] == ["a"]
+    assert err.code == "TIMEOUT"
+    assert str(err) == f"{sse_server.base_url}: the model sent nothing for 0.3 s (idle timeout)"
+    await adapter.aclose()
+    await short.aclose()

@@ -19,8 +19,12 @@ types); this module only maps dsh requests to the wire and wire chunks back to d
 - cancellation: an aborted ``request.signal`` cancels the task that reads the HTTP stream, which
   closes the stream, and the iterator ends with finish ``{kind:'aborted'}``.
 
-Retries (``maxRetries``) are the SDK's and only happen before the response starts; nothing is
-retried once output has begun.
+Retries (``maxRetries``, default 2) are the SDK's and only happen before the response starts;
+nothing is retried once output has begun. ``timeoutSeconds`` (default 120) bounds each attempt's
+wait for the response to start and every wait for the next chunk (an idle timeout, not a limit
+on the whole reply); when it runs out the request fails with code ``TIMEOUT``. Error messages
+start with the endpoint URL and name the cause (``<baseURL>: rate limited after 3 attempts (HTTP
+429: <provider message>)``), so the line a person sees says where and why.
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ DEFAULT_MODELS = ("deepseek-v4-flash", "deepseek-v4-pro")
 KEY_ENV = "DEEPSEEK_API_KEY"
 BASE_URL_ENV = "DEEPSEEK_BASE_URL"
 NO_OUTPUT = "(no output)"
+# The longest wait for the response to start (per attempt) and between two chunks of it.
+DEFAULT_TIMEOUT_SECONDS = 120.0
 _REDACTED = "[redacted]"
 
 
@@ -412,6 +418,23 @@ def _provider_message(body: object) -> str | None:
     return None
 
 
+_STATUS_CAUSES = {
+    "AUTH": "authentication failed",
+    "RATE_LIMIT": "rate limited",
+    "INVALID_REQUEST": "request rejected",
+    "SERVER": "server error",
+    "HTTP_404": "not found (is the model name or the base URL wrong?)",
+}
+
+
+class _IdleTimeout(Exception):
+    """No chunk arrived within the timeout (raised inside the pump, mapped by ``_error``)."""
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
 # --------------------------------------------------------------------------- adapter
 
 _CHUNK = 0
@@ -437,6 +460,8 @@ class OpenAICompatAdapter:
             raise LlmError("an API key is required", code="NO_API_KEY")
         self._api_key = api_key
         self.base_url = base_url
+        self.max_retries = max_retries
+        self.timeout = timeout_seconds if timeout_seconds is not None else DEFAULT_TIMEOUT_SECONDS
         self._extra_body: dict[str, Any] = {}
         if thinking is not None:
             self._extra_body["thinking"] = {"type": thinking}
@@ -449,7 +474,7 @@ class OpenAICompatAdapter:
                 api_key=api_key,
                 base_url=base_url,
                 max_retries=max_retries,
-                timeout=timeout_seconds if timeout_seconds is not None else openai.NOT_GIVEN,
+                timeout=self.timeout,
                 default_headers={"User-Agent": _user_agent()},
             )
         self.client = client
@@ -469,38 +494,55 @@ class OpenAICompatAdapter:
         return text.replace(key, _REDACTED) if key and key in text else text
 
     def _error(self, err: BaseException, started: bool) -> LlmError:
-        """Map any failure to an :class:`LlmError` whose text never contains the key."""
+        """Map any failure to an :class:`LlmError` whose text names the endpoint and the cause
+        (``<baseURL>: rate limited after 3 attempts (HTTP 429: <provider message>)``) and never
+        contains the key."""
+        # The SDK retries these (before any output) until maxRetries is used up.
+        tries = self.max_retries + 1
+        after = f" after {tries} attempts" if tries > 1 else ""
         if isinstance(err, LlmError):
             mapped = err
         elif isinstance(err, openai.APIStatusError):
             status = err.status_code
-            message = _provider_message(err.body) or f"LLM API error (HTTP {status})"
-            mapped = LlmError(message, code=_status_code(status), status=status)
+            detail = _provider_message(err.body)
+            wire = f"HTTP {status}: {detail}" if detail else f"HTTP {status}"
+            code = _status_code(status)
+            retried = status in (408, 409, 429) or status >= 500
+            cause = _STATUS_CAUSES.get(code, "the request failed")
+            mapped = LlmError(f"{cause}{after if retried else ''} ({wire})", code=code, status=status)
+        elif isinstance(err, _IdleTimeout):
+            mapped = LlmError(
+                f"the model sent nothing for {_seconds(self.timeout)} (idle timeout)", code="TIMEOUT"
+            )
         elif isinstance(err, openai.APITimeoutError):
-            mapped = LlmError("the LLM request timed out", code="TIMEOUT")
-        elif isinstance(err, openai.APIConnectionError):
-            cause = err.__cause__
-            detail = f": {cause}" if cause is not None and str(cause) else ""
             if started:
                 mapped = LlmError(
-                    f"the model stream was cut off before it finished{detail}",
-                    code="STREAM_CLOSED",
+                    f"the model sent nothing for {_seconds(self.timeout)} (idle timeout)", code="TIMEOUT"
                 )
             else:
-                mapped = LlmError(f"could not connect to the LLM endpoint{detail}", "CONNECTION")
+                mapped = LlmError(
+                    f"no response within {_seconds(self.timeout)}{after} (timeout)", code="TIMEOUT"
+                )
+        elif isinstance(err, openai.APIConnectionError):
+            origin = err.__cause__
+            detail = f" ({origin})" if origin is not None and str(origin) else ""
+            if started:
+                mapped = LlmError(
+                    f"the model stream was cut off before it finished{detail}", code="STREAM_CLOSED"
+                )
+            else:
+                mapped = LlmError(f"could not connect{after}{detail}", "CONNECTION")
         elif isinstance(err, json.JSONDecodeError):
             mapped = LlmError(f"malformed SSE payload: {err.doc[:120]}", code="MALFORMED_RESPONSE")
         elif isinstance(err, openai.APIError):  # an error event inside the stream
             message = _provider_message(err.body) or err.message
-            mapped = LlmError(message, code="SERVER")
+            mapped = LlmError(f"the model reported an error: {message}", code="SERVER")
         elif isinstance(err, ValueError | TypeError | AttributeError | KeyError):
             mapped = LlmError(f"malformed response: {err}", code="MALFORMED_RESPONSE")
         else:
             mapped = LlmError(f"{type(err).__name__}: {err}", code="UNKNOWN")
-        clean = self.scrub(mapped.message)
-        if clean != mapped.message:
-            mapped = LlmError(clean, code=mapped.code, status=mapped.status)
-        return mapped
+        text = self.scrub(f"{self.base_url}: {mapped.message}")
+        return LlmError(text, code=mapped.code, status=mapped.status)
 
     def request_kwargs(self, request: LlmRequest) -> dict[str, Any]:
         """The SDK ``chat.completions.create`` keyword arguments for ``request``."""
@@ -527,9 +569,20 @@ class OpenAICompatAdapter:
         translator = _Translator(emit)
         stream: Any = None
         failure: LlmError | None = None
+        idle = self.timeout
         try:
             stream = await self.client.chat.completions.create(**self.request_kwargs(request))
-            async for chunk in stream:
+            chunks = aiter(stream)
+            while True:
+                # The idle timer also catches a server that keeps the connection busy (SSE
+                # comments, say) without sending a chunk, which the socket read timeout misses.
+                try:
+                    async with asyncio.timeout(idle):
+                        chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    raise _IdleTimeout from None
                 translator.feed(chunk)
         except Exception as err:  # cancellation (a BaseException) propagates untouched
             failure = self._error(err, started=stream is not None)
