@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--continue", dest="continue_", action="store_true", help="continue the newest session of this folder")
     chat.add_argument("--model", help="model name (default: mock-echo, keyless)")
     chat.add_argument("--base-url", help="any OpenAI-compatible endpoint")
+    chat.add_argument(
+        "--timeout", type=float, metavar="SECONDS",
+        help="end the turn with an error when the model sends nothing for this long (default 120)",
+    )
     chat.add_argument("--plain", action="store_true", help="plain transcript, no colour or line editing")
     chat.add_argument("--store", choices=["jsonl", "sqlite", "postgres"], help="session store (default: jsonl)")
     chat.add_argument("--root", help=f"JSONL sessions folder (default: {DEFAULT_ROOT})")
@@ -157,14 +161,35 @@ def _store_entries(args: argparse.Namespace) -> list[PluginEntry]:
     return []
 
 
+OPENAI_NAMES = frozenset({"openai-llm", "dsh.llm.openai_compat"})
+
+
+def _apply_timeout(args: argparse.Namespace, entries: list[PluginEntry]) -> list[PluginEntry]:
+    """``--timeout`` goes to every openai-llm entry; a composition without one refuses it."""
+    timeout = getattr(args, "timeout", None)
+    if timeout is None:
+        return entries
+    if not 0 < timeout < float("inf"):  # also refuses nan
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    patched, found = [], False
+    for e in entries:
+        if e.name in OPENAI_NAMES and not e.disabled:
+            found = True
+            e = PluginEntry(e.id, e.name, {**(e.config or {}), "timeoutSeconds": timeout}, e.disabled, e.line)
+        patched.append(e)
+    if not found:
+        raise UsageError("--timeout applies to openai-llm models, and this composition has none")
+    return patched
+
+
 def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | None]:
     """The entries ``dsh chat`` loads, with command-line overrides applied."""
     if not args.config:
-        return default_entries(args), None
+        return _apply_timeout(args, default_entries(args)), None
     path = Path(args.config)
     if not path.is_file():
         raise UsageError(f"config file {args.config} not found")
-    entries = load_config_file(path)
+    entries = _apply_timeout(args, load_config_file(path))
     apps = [e for e in entries if e.name in APP_NAMES and not e.disabled]
     if not apps:
         # Load anyway: a broken entry deserves its own error before "no app" is reported.
@@ -258,7 +283,8 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             stop()
     finally:
         await ctx.dispose()
-    return 0
+    # Scripts can trust the status: 1 when the last turn of this run ended in error.
+    return 1 if app.failed else 0
 
 
 def _install_signal_handlers(loop: asyncio.AbstractEventLoop, app: Any) -> Any:

@@ -135,6 +135,20 @@ class StdioApp:
         self.agent = agent
         self.submitted = False
         self._stop_input: Callable[[], None] | None = None
+        # The reason of the last turn this run ended (dsh chat's exit status comes from it).
+        self.last_turn_reason: dict[str, Any] | None = None
+        ctx.defer(ctx.on("session/event", self._on_event))
+
+    def _on_event(self, session: Session, event: Event) -> None:
+        if event.type == "turn/end" and session is self.agent.session:
+            reason = event.data.get("reason")
+            self.last_turn_reason = reason if isinstance(reason, dict) else None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the last turn of this run ended in error (``dsh chat`` then exits 1)."""
+        reason = self.last_turn_reason
+        return reason is not None and reason.get("kind") == "error"
 
     @property
     def session_id(self) -> str:
