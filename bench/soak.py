@@ -11,7 +11,11 @@ Run it as ``uv run python -m bench --soak`` or ``uv run python -m bench.soak``. 
   turn, loaded through the JSONL store;
 - **corruptions**: 3000 seeded compound corruptions of real logs (flipped bits, duplicated,
   missing or swapped lines, wrong headers, invalid UTF-8, split lines, multi-megabyte lines);
-- **lock races**: 20 rounds per store of two ``dsh chat --resume`` started at once.
+- **lock races**: 20 rounds per store of two ``dsh chat --resume`` started at once;
+- **slow-tool kills**: 5 per store. A loopback OpenAI-compatible model calls a tool that
+  sleeps; ``dsh chat`` is SIGKILLed while it runs, then ``--continue``d; the assistant message
+  and the ``tool/call`` must be on disk, and repair must close the call with the reference's
+  synthetic result (``tests.reliability.slow_tool``).
 
 Everything is seeded (``--seed``); a failure prints the seed and the command that replays it.
 Exit status 0 when nothing failed. ``main()`` tolerates a ``--soak`` flag so that
@@ -47,7 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=2, help="crash trials run at once (default 2)")
     parser.add_argument("--corruptions", type=int, default=3000, help="random corruptions (default 3000)")
     parser.add_argument("--races", type=int, default=20, help="lock races per store (default 20)")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: crash,sweep,corrupt,race")
+    parser.add_argument("--slow-tool", type=int, default=5, help="slow-tool kill trials per store (default 5)")
+    parser.add_argument(
+        "--skip", default="", help="comma-separated parts to skip: crash,sweep,corrupt,race,slowtool"
+    )
     return parser
 
 
@@ -167,6 +174,32 @@ def _races(count: int, stores: list[str], base: Path) -> tuple[int, list[str], l
     return total, failures, lines
 
 
+def _slow_tool(args: argparse.Namespace, stores: list[str], base: Path) -> tuple[int, list[str], list[str]]:
+    from tests.reliability.slow_tool import slow_tool_trial
+
+    failures: list[str] = []
+    lines = []
+    total = 0
+    for store in stores:
+        started = time.monotonic()
+        bad = 0
+        for seed in range(args.seed, args.seed + args.slow_tool):
+            try:
+                trial = slow_tool_trial(base / "slow-tool", store, seed)
+            except Exception as exc:  # a harness failure is a failed trial, with its seed
+                trial = support.Trial(store, seed, "cli")
+                trial.failures.append(f"trial raised {type(exc).__name__}: {exc}")
+            total += 1
+            if trial.failures:
+                bad += 1
+                print(f"  FAIL {trial.describe()}", flush=True)
+                failures.append(f"slow-tool/{store} seed {seed}: {trial.failures}")
+        lines.append(
+            f"slow-tool kills/{store}: {args.slow_tool} trials, {bad} failed, {time.monotonic() - started:.0f}s"
+        )
+    return total, failures, lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = _parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
     if unknown:
@@ -184,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("sweep", _sweep),
             ("corrupt", lambda: _corruptions(args.corruptions, args.seed)),
             ("race", lambda: _races(args.races, stores, base)),
+            ("slowtool", lambda: _slow_tool(args, stores, base)),
         ]
         for name, run in parts:
             if name in skip:

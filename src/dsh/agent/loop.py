@@ -12,7 +12,9 @@ every logged ``tool/call`` stays paired.
 
 Config (all optional): ``agents`` (config-driven agents, contracts §3.7), ``maxStepsPerTurn``
 (the safety cap, default 64: past it the turn ends ``error`` with code ``MAX_STEPS``),
-``toolAbortGraceMs`` (default 100) and ``devChecks`` (default: env ``DSH_DEV_CHECKS``), which
+``toolAbortGraceMs`` (default 100), ``checkpointBeforeModel`` and ``checkpointBeforeTools``
+(default true: buffered events are written, without fsync, before each model call and before
+each tool runs, so a killed process loses neither) and ``devChecks`` (default: env ``DSH_DEV_CHECKS``), which
 checks every request against the log (prefix + history derived before its ``step/start``).
 """
 
@@ -63,8 +65,9 @@ class Config(msgspec.Struct, rename="camel"):
     dev_checks: bool | None = None
     # See _HistoryHeap: keeps CPython's full collections from growing with the session.
     freeze_history: bool = True
-    # Checkpoint (write, no fsync) before each model call; see _run_step.
+    # Checkpoint (write, no fsync) before each model call and before each tool runs; see _run_step.
     checkpoint_before_model: bool = True
+    checkpoint_before_tools: bool = True
 
 
 class TurnError(Exception):
@@ -226,6 +229,7 @@ class AgentLoop:
         self.max_steps = config.max_steps_per_turn
         self._heap = _HistoryHeap() if config.freeze_history else None
         self.checkpoint_before_model = config.checkpoint_before_model
+        self.checkpoint_before_tools = config.checkpoint_before_tools
         self.tool_abort_grace = max(0, config.tool_abort_grace_ms) / 1000
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -624,11 +628,7 @@ class AgentLoop:
         if self.checkpoint_before_model:
             # A model call can take minutes: write the prompt, the readings and step/start first,
             # so a process killed mid-call leaves a turn that repair closes instead of losing it.
-            try:
-                await self._ctx.sessions.checkpoint(session)
-            except Exception as exc:
-                log.warning('agent "%s": checkpoint failed before turn %s step %s: %s', agent.id, turn, step, exc)
-                self._ctx.emit("agent/error", agent, turn, step, exc)
+            await self._checkpoint(agent, turn, step)
         request = LlmRequest(
             model=model,
             messages=messages,
@@ -691,6 +691,11 @@ class AgentLoop:
                 "tool/call",
                 {"turn": turn, "step": step, "callId": call_id, "name": tool_name, "arguments": raw},
             )
+            if self.checkpoint_before_tools:
+                # A tool can run for minutes and act on the world: the assistant message and this
+                # call reach the disk before it starts, so a process killed mid-tool leaves a call
+                # that repair closes with the synthetic result, and the model learns it may have run.
+                await self._checkpoint(agent, turn, step)
             instance.in_tool = True
             try:
                 result = await execute(
@@ -740,6 +745,13 @@ class AgentLoop:
         for context in contexts:
             _inject_context(agent, context)
         return StepResult(bool(calls), finish)
+
+    async def _checkpoint(self, agent: Agent, turn: int, step: int) -> None:
+        try:
+            await self._ctx.sessions.checkpoint(agent.session)
+        except Exception as exc:
+            log.warning('agent "%s": checkpoint failed in turn %s step %s: %s', agent.id, turn, step, exc)
+            self._ctx.emit("agent/error", agent, turn, step, exc)
 
     def _check_request_invariant(
         self,
