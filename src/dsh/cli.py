@@ -261,9 +261,47 @@ async def newest_session_here(args: argparse.Namespace) -> str:
 # -- commands --------------------------------------------------------------------------------
 
 
+async def recorded_model(args: argparse.Namespace, session_id: str) -> str | None:
+    """The model of the session's latest ``request/header`` (read-only: no lock, no repair)."""
+    store, ctx = await open_store(args)
+    try:
+        stored = await store.read(session_id)
+    finally:
+        await ctx.dispose()
+    for event in reversed(stored.events):
+        if event.type == "request/header":
+            header = event.data.get("header")
+            config = header.get("config") if isinstance(header, dict) else None
+            model = config.get("model") if isinstance(config, dict) else None
+            return model if isinstance(model, str) and model else None
+    return None
+
+
+def _unserved(args: argparse.Namespace, model: str) -> str:
+    how = (
+        "add it to the models of an llm plugin in the config"
+        if args.config
+        else "pass --base-url URL for the endpoint that serves it"
+    )
+    return (
+        f'session "{args.resume}" last used model "{model}", which nothing here serves: '
+        f"{how}, or --model NAME to continue with another model"
+    )
+
+
 async def cmd_chat(args: argparse.Namespace) -> int:
     if args.continue_:
         args.resume = await newest_session_here(args)
+    recorded: str | None = None
+    if args.resume and not args.model:
+        # Resume continues with the model the session last used; the endpoint comes from the
+        # config or the flags.
+        from dsh.llm.openai_compat import DEFAULT_MODELS  # the SDK import is slow: only here
+
+        recorded = args.model = await recorded_model(args, args.resume)
+        known = recorded in (ECHO_MODEL, *DEFAULT_MODELS) or os.environ.get("DEEPSEEK_BASE_URL")
+        if recorded is not None and not args.config and not args.base_url and not known:
+            raise UsageError(_unserved(args, recorded))
     entries, base_dir = composition(args)
     ctx = Context()
     try:
@@ -275,6 +313,8 @@ async def cmd_chat(args: argparse.Namespace) -> int:
                 if args.config
                 else "the stdio app did not start (is a dependency missing?)"
             )
+        if recorded is not None and not ctx.llm.has_model(recorded):
+            raise UsageError(_unserved(args, recorded))
         loop = asyncio.get_running_loop()
         stop = _install_signal_handlers(loop, app)
         try:

@@ -151,3 +151,52 @@ def test_timeout_without_a_remote_model_is_refused(workdir: Path) -> None:
     result = run_dsh(["chat", "--timeout", "5"], workdir, stdin="")
     assert result.returncode == 2
     assert "--timeout applies to openai-llm models" in last_error(result.stderr)
+
+
+def test_resume_keeps_the_recorded_model_and_takes_the_endpoint_from_flags(
+    workdir: Path, sse_server: SSEServer
+) -> None:
+    sse_server.push(Reply.sse([chunk(content="one", finish="stop")]), Reply.sse([chunk(content="two", finish="stop")]))
+    first = chat(workdir, sse_server.base_url, model="model-x")
+    assert first.returncode == 0, first.stderr
+    [log] = session_files(workdir)
+    resumed = run_dsh(
+        ["chat", "--resume", log.stem, "--base-url", sse_server.base_url], workdir, stdin="again\n", **NO_PROXY
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "two" in resumed.stdout
+    assert [r.json["model"] for r in sse_server.requests] == ["model-x", "model-x"]
+    headers = [json.loads(line) for line in log.read_text().splitlines()[1:]]
+    resume_header = [e for e in headers if e["type"] == "request/header"][-1]["data"]
+    assert (resume_header["reason"], resume_header["header"]["config"]["model"]) == ("resume", "model-x")
+    # --continue does the same.
+    sse_server.push(Reply.sse([chunk(content="three", finish="stop")]))
+    cont = run_dsh(["chat", "--continue", "--base-url", sse_server.base_url], workdir, stdin="more\n", **NO_PROXY)
+    assert cont.returncode == 0, cont.stderr
+    assert sse_server.requests[-1].json["model"] == "model-x"
+
+
+def test_resume_without_an_endpoint_for_the_recorded_model_is_one_line(
+    workdir: Path, sse_server: SSEServer
+) -> None:
+    sse_server.push(Reply.sse([chunk(content="one", finish="stop")]))
+    assert chat(workdir, sse_server.base_url, model="model-x").returncode == 0
+    [log] = session_files(workdir)
+    before = log.read_bytes()
+    result = run_dsh(["chat", "--resume", log.stem], workdir, stdin="again\n")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr == (
+        f'dsh: session "{log.stem}" last used model "model-x", which nothing here serves: '
+        "pass --base-url URL for the endpoint that serves it, or --model NAME to continue with another model\n"
+    )
+    assert log.read_bytes() == before
+    # A composition that does not serve it says so too.
+    config = workdir / "echo.yml"
+    config.write_text("- id: echo\n  name: echo-llm\n- id: app\n  name: stdio-app\n  config: {model: mock-echo}\n")
+    result = run_dsh(["chat", "--config", str(config), "--resume", log.stem], workdir, stdin="again\n")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert 'last used model "model-x", which nothing here serves: add it to the models' in last_error(result.stderr)
+    # --model switches explicitly.
+    switched = run_dsh(["chat", "--resume", log.stem, "--model", "mock-echo"], workdir, stdin="hi\n")
+    assert switched.returncode == 0, switched.stderr
+    assert 'You said: "hi"' in switched.stdout
