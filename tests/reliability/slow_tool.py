@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from tests.llm.sse_server import Reply, SSEServer, chunk
-from tests.reliability.support import INTERRUPTED_TEXT, Trial, decode, dsh_env, run_dsh, snapshot, wait_for
+from tests.reliability.support import (
+    INTERRUPTED_TEXT,
+    Trial,
+    decode,
+    dsh_env,
+    run_dsh,
+    snapshot,
+    wait_for,
+)
 
 MODEL = "loop-model"
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
