@@ -110,7 +110,7 @@ def test_tool_call_transcript_is_byte_identical(workdir: Path) -> None:
 def test_default_composition_prints_a_reply(workdir: Path) -> None:
     result = run_dsh(["chat"], workdir, stdin="hello\n")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("ready.\n> \n[main turn 1] You said: \"Time sampled while preparing turn 1, step 1: ")
+    assert result.stdout.startswith('ready.\n> \n[main turn 1] You said: "hello".')
     assert result.stdout.endswith('Try "echo <something>" to see a tool call.\n> ')
     assert result.stderr == ""
     assert len(session_files(workdir)) == 1
