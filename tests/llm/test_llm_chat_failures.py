@@ -200,3 +200,28 @@ def test_resume_without_an_endpoint_for_the_recorded_model_is_one_line(
     switched = run_dsh(["chat", "--resume", log.stem, "--model", "mock-echo"], workdir, stdin="hi\n")
     assert switched.returncode == 0, switched.stderr
     assert 'You said: "hi"' in switched.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ('{"txt": "hi"}', '$: missing required property "text"'),
+        ('{"text": 5}', "$.text: expected string, got integer"),
+        ('{"text": "hi"', "not valid JSON (Expecting ',' delimiter: line 1 column 14 (char 13))"),
+    ],
+    ids=["missing", "wrong-type", "not-json"],
+)
+def test_bad_tool_arguments_reach_the_model_as_a_clear_error(
+    workdir: Path, sse_server: SSEServer, arguments: str, problem: str
+) -> None:
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "echo", "arguments": arguments}}
+    sse_server.push(
+        Reply.sse([chunk(tool_calls=[call]), chunk(finish="tool_calls")]),
+        Reply.sse([chunk(content="sorry", finish="stop")]),
+    )
+    result = chat(workdir, sse_server.base_url)
+    assert result.returncode == 0, result.stderr
+    error = f'Error: invalid arguments for tool "echo": {problem}'
+    assert f"[tool result] {error}\n" in result.stdout
+    tool_messages = [m for m in sse_server.requests[1].json["messages"] if m["role"] == "tool"]
+    assert tool_messages == [{"role": "tool", "tool_call_id": "call_1", "content": error}]

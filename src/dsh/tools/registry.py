@@ -107,7 +107,8 @@ class ToolRegistry:
         signal: AbortSignal | None = None,
     ) -> ToolResult:
         """Run tool ``name`` with ``arguments`` (parsed JSON, or the raw string when the model's
-        JSON did not parse). Always returns a :class:`ToolResult`."""
+        JSON did not parse, which is refused) once they fit its schema. Always returns a
+        :class:`ToolResult`."""
         tool = self._tools.get(name)
         if tool is None:
             return ToolResult(

@@ -35,7 +35,7 @@ class ToolCall:
     name: str
     agent: Any
     signal: AbortSignal
-    # The arguments as given to the registry (parsed JSON, or the raw string if it did not parse).
+    # The arguments as given to the registry, after they passed the tool's schema.
     arguments: Any = None
 
 
