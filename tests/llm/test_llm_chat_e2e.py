@@ -291,7 +291,7 @@ def test_errors_end_the_turn_and_the_next_prompt_works(
     chat.read_until("Fine now.\n> ")
     rc, out, err = chat.close()
 
-    assert rc == 0, err
+    assert rc == 0, err  # the last turn of the run succeeded
     assert out == (
         "ready.\n> \n[main turn 1] \n> \n[main turn 2] \n> \n[main turn 3] Fine now.\n> "
     )
@@ -310,7 +310,10 @@ def test_errors_end_the_turn_and_the_next_prompt_works(
         ("error", "SERVER"),
         ("completed", None),
     ]
-    assert reasons[0]["message"] == "Incorrect API key provided: [redacted]"
+    assert reasons[0]["message"] == (
+        f"{sse_server.base_url}: authentication failed (HTTP 401: Incorrect API key provided: [redacted])"
+    )
+    assert reasons[1]["message"] == f"{sse_server.base_url}: server error after 3 attempts (HTTP 500: upstream exploded)"
 
     assert len(sse_server.requests) == 5
     messages = sse_server.requests[-1].json["messages"]

@@ -213,7 +213,9 @@ def _describe(error: jsonschema.exceptions.ValidationError) -> str:
         expected = error.validator_value
         wanted = " or ".join(expected) if isinstance(expected, list) else str(expected)
         return f"{path}: expected {wanted}, got {_json_type(error.instance)}"
-    return f"{path}: {error.message}"
+    # jsonschema quotes the offending value, which the model itself may have made huge.
+    message = error.message if len(error.message) <= 200 else error.message[:200] + "…"
+    return f"{path}: {message}"
 
 
 def _text(text: str) -> ContentBlock:
