@@ -65,7 +65,8 @@ def _reply(request: LlmRequest) -> Reply:
 
 
 def _time_flushes(ctx: Context) -> list[float]:
-    """Time every ``ctx.sessions.flush`` and ``checkpoint`` (each model call, each turn end)."""
+    """Time every ``ctx.sessions.flush`` and ``checkpoint`` (each model call, each tool call, each
+    turn end)."""
     service = ctx.sessions
     flush = service.flush
     durations: list[float] = []
@@ -141,8 +142,10 @@ async def _measure(root: str, turns: int) -> dict[str, Any]:
     assert len(ends) == turns and all(e.data["reason"]["kind"] == "completed" for e in ends)
     assert steps == turns * STEPS_PER_TURN, steps
     events = len(session)
-    # A checkpoint before each model call, then the turn-end flush.
-    per_turn = STEPS_PER_TURN + 1 if ctx.agent_loop.checkpoint_before_model else 1
+    # A checkpoint before each model call and before the turn's one tool call, then the turn-end
+    # flush.
+    loop = ctx.agent_loop
+    per_turn = 1 + (STEPS_PER_TURN if loop.checkpoint_before_model else 0) + (1 if loop.checkpoint_before_tools else 0)
     await ctx.dispose()
     assert len(flushes) == turns * per_turn, (len(flushes), turns)
     turn_flushes = [sum(flushes[i * per_turn : (i + 1) * per_turn]) for i in range(turns)]
