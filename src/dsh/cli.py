@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from dsh.apps import sessions as sessions_view
+from dsh.apps.escape import escape_controls
 from dsh.persistence.base import SessionStore, StoreError
 from dsh.runtime import ConfigError, Context
 from dsh.runtime.loader import LoadError, PluginEntry, load_config_file, load_plugins
@@ -308,12 +309,17 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
         await ctx.dispose()
 
 
+class _EscapingFormatter(logging.Formatter):
+    """Log lines can quote model or server text: its control characters are shown, not obeyed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().format(record))
+
+
 def _configure_logging(debug: bool) -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="dsh: %(message)s" if not debug else "%(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_EscapingFormatter("dsh: %(message)s" if not debug else "%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
     if not debug:
         for noisy in ("httpx", "openai", "psycopg", "asyncio"):
             logging.getLogger(noisy).setLevel(logging.ERROR)
@@ -321,7 +327,7 @@ def _configure_logging(debug: bool) -> None:
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return escape_controls(" ".join(line.strip() for line in text.splitlines() if line.strip()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

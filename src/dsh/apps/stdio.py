@@ -32,6 +32,7 @@ from dsh.agent import loop as loop_plugin
 from dsh.agent import sessions as sessions_plugin
 from dsh.agent import system_prompt as system_prompt_plugin
 from dsh.agent.agent import Agent
+from dsh.apps.escape import escape_controls, keep
 from dsh.llm import service as llm_plugin
 from dsh.runtime import Context
 from dsh.session import Event, Session
@@ -64,10 +65,20 @@ def _tool_result_text(data: dict[str, Any]) -> str:
 class Renderer:
     """Turns session events into transcript text (contracts §7.2)."""
 
-    def __init__(self, ctx: Context, write: Callable[[str], None], *, colour: bool, prompt: str = "\n> ") -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        write: Callable[[str], None],
+        *,
+        colour: bool,
+        prompt: str = "\n> ",
+        sanitise: Callable[[str], str] = escape_controls,
+    ) -> None:
         self._ctx = ctx
         self._write = write
         self.colour = colour
+        # Applied to every piece of text that came from the model, a tool or an error.
+        self.sanitise = sanitise
         self.prompt = prompt
         self._in_reasoning = False
         self.on_first_token: Callable[[], None] | None = None
@@ -91,21 +102,21 @@ class Renderer:
                 if self._in_reasoning:
                     self._in_reasoning = False
                     write(RESET + "\n" if self.colour else "\n")
-                write(chunk.get("text", ""))
+                write(self.sanitise(chunk.get("text", "")))
             elif ctype == "reasoning-delta":
                 self._first_token()
                 if not self._in_reasoning:
                     self._in_reasoning = True
                     if self.colour:
                         write(DIM)
-                write(chunk.get("text", ""))
+                write(self.sanitise(chunk.get("text", "")))
         elif kind == "turn/start":
-            write(f"\n[{self.label(session)} turn {data.get('turn')}] ")
+            write(f"\n[{self.sanitise(self.label(session))} turn {data.get('turn')}] ")
         elif kind == "tool/call":
             self._end_reasoning()
-            write(f"\n  [tool call] {data.get('name')}({data.get('arguments')})")
+            write(self.sanitise(f"\n  [tool call] {data.get('name')}({data.get('arguments')})"))
         elif kind == "tool/result":
-            write(f"\n  [tool result] {_tool_result_text(data)}\n  ")
+            write(self.sanitise(f"\n  [tool result] {_tool_result_text(data)}\n  "))
         elif kind == "turn/end":
             self._end_reasoning()
             self._first_token()
@@ -113,7 +124,7 @@ class Renderer:
         elif kind == "context/message" and self.on_reading is not None:
             source = data.get("source") or {}
             if source.get("plugin") == "time-context":
-                self.on_reading(_tool_result_text(data))
+                self.on_reading(self.sanitise(_tool_result_text(data)))
 
     def _end_reasoning(self) -> None:
         if self._in_reasoning:
@@ -200,7 +211,8 @@ class StdioApp:
             stdout.write(text)
             stdout.flush()
 
-        renderer = Renderer(self.ctx, write, colour=False)
+        # Byte-exact to a pipe or file; a person's terminal never obeys model-sent controls.
+        renderer = Renderer(self.ctx, write, colour=False, sanitise=escape_controls if _isatty(stdout) else keep)
         remove = self.ctx.on("session/event", renderer)
         write(f"{self.config.welcome}\n> ")
         loop = asyncio.get_running_loop()
@@ -226,6 +238,13 @@ class StdioApp:
                 await self.settle()
         finally:
             remove()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):
+        return False
 
 
 _SPINE = (
