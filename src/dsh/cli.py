@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import os
+import platform
 import signal
 import sys
 from collections.abc import Sequence
@@ -21,6 +23,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from dsh import _zones
 from dsh.apps import sessions as sessions_view
 from dsh.apps.escape import escape_controls
 from dsh.persistence.base import SessionStore, StoreError
@@ -63,8 +66,29 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--config", metavar="FILE", help="use the store a YAML composition mounts")
 
 
+def version_text() -> str:
+    """``dsh --version``: dsh, Python, and the zone data every zoned time is rendered with."""
+    try:
+        dsh_version = importlib.metadata.version("dsh")
+    except importlib.metadata.PackageNotFoundError:
+        dsh_version = "unknown"
+    zones = _zones.zone_data()
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    return f"dsh {dsh_version}\nPython {python}\nzone data {zones.describe()}"
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dsh", description="Agents whose history is a durable, time-aware event log.")
+    parser.add_argument("--version", action=_VersionAction, help="dsh, Python and zone data versions")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

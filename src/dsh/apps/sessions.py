@@ -15,17 +15,18 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from dsh import _json
+from dsh import _json, _zones
 from dsh.apps.escape import escape_controls
 from dsh.persistence.base import SessionStore, StoredSession, StoreError
 from dsh.session import DerivedMessages, Event, Session, encode_event
 
 
 def _time(ms: int, *, date: bool = False) -> str:
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone()
+    # The same zone and zone data as time-context's readings, not libc's copy.
+    moment = datetime.fromtimestamp(ms / 1000, tz=_zones.local_zone())
     return moment.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S")
 
 
