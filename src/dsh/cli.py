@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from dsh import _zones
+from dsh.apps import pipes
 from dsh.apps import sessions as sessions_view
 from dsh.apps.escape import escape_controls
 from dsh.persistence.base import SessionStore, StoreError
@@ -282,7 +283,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             stop()
     finally:
         await ctx.dispose()
-    return 0
+    return pipes.EXIT_PIPE if app.output_closed else 0
 
 
 def _install_signal_handlers(loop: asyncio.AbstractEventLoop, app: Any) -> Any:
@@ -362,7 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         runner = cmd_chat if args.command == "chat" else cmd_sessions
         try:
-            return asyncio.run(runner(args))
+            status = asyncio.run(runner(args))
+            sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
+            return status
         except LoadError as exc:
             # A store refusing a session (not found, corrupt, locked) is a runtime failure,
             # even when it surfaces while the composition loads.
@@ -382,6 +385,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
+        if pipes.is_broken_pipe(exc):
+            # stdout's reader went away (``| head``): stop quietly, as Unix tools do.
+            pipes.silence_stdout()
+            return pipes.EXIT_PIPE
         if debug:
             raise
         print(f"dsh: {_one_line(exc)} (run with --debug for details)", file=sys.stderr)

@@ -32,6 +32,7 @@ from dsh.agent import loop as loop_plugin
 from dsh.agent import sessions as sessions_plugin
 from dsh.agent import system_prompt as system_prompt_plugin
 from dsh.agent.agent import Agent
+from dsh.apps import pipes
 from dsh.apps.escape import escape_controls, keep
 from dsh.llm import service as llm_plugin
 from dsh.runtime import Context
@@ -145,6 +146,7 @@ class StdioApp:
         self.config = config
         self.agent = agent
         self.submitted = False
+        self.output_closed = False  # stdout's reader went away (``dsh chat | head``)
         self._stop_input: Callable[[], None] | None = None
 
     @property
@@ -206,10 +208,26 @@ class StdioApp:
 
             await run_terminal(self, stdout)
 
+    def _output_gone(self) -> None:
+        """Nobody reads stdout any more: stop, as SIGPIPE stops a Unix tool, but cleanly (the
+        running turn is cancelled and recorded, the log flushed), without a traceback."""
+        if self.output_closed:
+            return
+        self.output_closed = True
+        pipes.silence_stdout()
+        if self.agent.status == "running" or self.agent.queued:
+            self.agent.cancel("output closed")
+        self.stop_input()
+
     async def _run_plain(self, stdin: TextIO, stdout: TextIO) -> None:
         def write(text: str) -> None:
-            stdout.write(text)
-            stdout.flush()
+            if self.output_closed:
+                return
+            try:
+                stdout.write(text)
+                stdout.flush()
+            except BrokenPipeError:
+                self._output_gone()
 
         # Byte-exact to a pipe or file; a person's terminal never obeys model-sent controls.
         renderer = Renderer(self.ctx, write, colour=False, sanitise=escape_controls if _isatty(stdout) else keep)
@@ -230,7 +248,7 @@ class StdioApp:
         threading.Thread(target=reader, name="dsh-stdin", daemon=True).start()
         self.set_stop_input(lambda: lines.put_nowait(None))
         try:
-            while (line := await lines.get()) is not None:
+            while (line := await lines.get()) is not None and not self.output_closed:
                 note = self.submit(line)
                 if note:
                     print(f"dsh: {note}", file=sys.stderr)
