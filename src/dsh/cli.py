@@ -27,6 +27,7 @@ from dsh import _zones
 from dsh.apps import pipes
 from dsh.apps import sessions as sessions_view
 from dsh.apps.escape import escape_controls
+from dsh.apps.store_check import StoreUnwritable
 from dsh.persistence.base import SessionStore, StoreError
 from dsh.runtime import ConfigError, Context
 from dsh.runtime.loader import LoadError, PluginEntry, load_config_file, load_plugins
@@ -371,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # even when it surfaces while the composition loads.
             if isinstance(exc.__cause__, StoreError):
                 raise exc.__cause__ from None
+            if isinstance(exc.__cause__, StoreUnwritable):
+                raise UsageError(str(exc.__cause__)) from None
             raise
     except (UsageError, LoadError, ConfigError, msgspec.ValidationError) as exc:
         if debug:

@@ -34,6 +34,7 @@ from dsh.agent import system_prompt as system_prompt_plugin
 from dsh.agent.agent import Agent
 from dsh.apps import pipes
 from dsh.apps.escape import escape_controls, keep
+from dsh.apps.store_check import check_writable
 from dsh.llm import service as llm_plugin
 from dsh.runtime import Context
 from dsh.session import Event, Session
@@ -284,6 +285,8 @@ async def apply(ctx: Context, config: Config) -> None:
         ctx.defer(ctx.system_prompt.add_section("deployment:persona", config.persona, order=0))
     if not ctx.has("session_store"):
         await _mount_store(ctx, config)
+    # Before any session exists: an unwritable store would lose the conversation at its first flush.
+    check_writable(ctx.session_store)
     if not ctx.has("agent_loop"):
         await ctx.plugin(loop_plugin, {"maxStepsPerTurn": config.max_steps_per_turn})
     loop: loop_plugin.AgentLoop = ctx.agent_loop
