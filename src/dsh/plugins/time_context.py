@@ -9,8 +9,10 @@ told them.
 
 Config
 ------
-Both keys are optional; unknown keys are ignored. Both are checked once, at load, and a bad value
-fails the load (under ``ctx.plugin`` the call raises and nothing stays registered):
+Both keys are optional. An unknown key is an error naming the closest valid one (``unknown key
+"timezone" in plugin "clock" (did you mean "timeZone"?)``): unlike the reference, which ignores
+extra keys, because a silently ignored typo is worse than a refusal. Both are checked once, at
+load, and a bad value fails the load (under ``ctx.plugin`` the call raises and nothing stays registered):
 
 - ``refreshIntervalMs`` (a non-negative safe integer, JS semantics: an integral float such as
   ``60000.0`` is accepted, ``True`` is not). Omitted or ``0``: a reading before **every** step
