@@ -183,14 +183,38 @@ def _store_entries(args: argparse.Namespace) -> list[PluginEntry]:
     return []
 
 
+def check_store_flags(kind: str | None, args: argparse.Namespace, *, mounted: str | None = None) -> None:
+    """Store flags the chosen store would ignore are refused, never dropped silently.
+
+    ``kind`` is the store in effect (``None``: the default JSONL store); ``mounted`` names the
+    store plugin a composition mounts itself, which no flag can change.
+    """
+    given = [flag for flag, value in (("--root", args.root), ("--sqlite", args.sqlite), ("--dsn", args.dsn)) if value]
+    if mounted is not None and (given or args.store):
+        flag = given[0] if given else "--store"
+        raise UsageError(f"{flag} cannot change the store: the composition mounts its own ({mounted}); edit its config")
+    if args.sqlite and kind != "sqlite":
+        raise UsageError("--sqlite needs --store sqlite")
+    if args.dsn and kind != "postgres":
+        raise UsageError("--dsn needs --store postgres")
+    if args.root and kind == "postgres":
+        raise UsageError("--root names a JSONL or SQLite folder; it has no effect with --store postgres")
+
+
 def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | None]:
     """The entries ``dsh chat`` loads, with command-line overrides applied."""
     if not args.config:
+        check_store_flags(args.store, args)
         return default_entries(args), None
     path = Path(args.config)
     if not path.is_file():
         raise UsageError(f"config file {args.config} not found")
     entries = load_config_file(path)
+    if args.base_url:
+        # The composition's model plugin has its own endpoint; quietly keeping it would be a lie.
+        raise UsageError("--base-url only applies without --config; set baseURL in the config's openai-llm entry")
+    mounted = [e for e in entries if e.name in STORE_NAMES and not e.disabled]
+    check_store_flags(args.store, args, mounted=mounted[-1].id if mounted else None)
     apps = [e for e in entries if e.name in APP_NAMES and not e.disabled]
     if not apps:
         # Load anyway: a broken entry deserves its own error before "no app" is reported.
@@ -225,6 +249,7 @@ async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
         apps = [e for e in entries if e.name in APP_NAMES]
         if stores:
             entry = stores[-1]
+            check_store_flags(None, args, mounted=entry.id)
         elif apps:
             # The app's own store, with its paths resolved as the app resolves them (cwd).
             app = apps[0].config or {}
@@ -233,6 +258,7 @@ async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
             sqlite = sqlite or app.get("sqlitePath")
     if entry is None:
         kind = kind or "jsonl"
+        check_store_flags(kind, args)
         folder = Path(root or DEFAULT_ROOT).expanduser().resolve()
         if kind == "jsonl":
             entry = PluginEntry("store", "jsonl-sessions", {"root": str(folder)})
