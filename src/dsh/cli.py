@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import os
+import platform
 import signal
 import sys
 from collections.abc import Sequence
@@ -21,7 +23,11 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from dsh import _zones
+from dsh.apps import pipes
 from dsh.apps import sessions as sessions_view
+from dsh.apps.escape import escape_controls
+from dsh.apps.store_check import StoreUnwritable
 from dsh.persistence.base import SessionStore, StoreError
 from dsh.runtime import ConfigError, Context
 from dsh.runtime.loader import LoadError, PluginEntry, load_config_file, load_plugins
@@ -62,8 +68,29 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--config", metavar="FILE", help="use the store a YAML composition mounts")
 
 
+def version_text() -> str:
+    """``dsh --version``: dsh, Python, and the zone data every zoned time is rendered with."""
+    try:
+        dsh_version = importlib.metadata.version("dsh")
+    except importlib.metadata.PackageNotFoundError:
+        dsh_version = "unknown"
+    zones = _zones.zone_data()
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    return f"dsh {dsh_version}\nPython {python}\nzone data {zones.describe()}"
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dsh", description="Agents whose history is a durable, time-aware event log.")
+    parser.add_argument("--version", action=_VersionAction, help="dsh, Python and zone data versions")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -182,14 +209,38 @@ def _apply_timeout(args: argparse.Namespace, entries: list[PluginEntry]) -> list
     return patched
 
 
+def check_store_flags(kind: str | None, args: argparse.Namespace, *, mounted: str | None = None) -> None:
+    """Store flags the chosen store would ignore are refused, never dropped silently.
+
+    ``kind`` is the store in effect (``None``: the default JSONL store); ``mounted`` names the
+    store plugin a composition mounts itself, which no flag can change.
+    """
+    given = [flag for flag, value in (("--root", args.root), ("--sqlite", args.sqlite), ("--dsn", args.dsn)) if value]
+    if mounted is not None and (given or args.store):
+        flag = given[0] if given else "--store"
+        raise UsageError(f"{flag} cannot change the store: the composition mounts its own ({mounted}); edit its config")
+    if args.sqlite and kind != "sqlite":
+        raise UsageError("--sqlite needs --store sqlite")
+    if args.dsn and kind != "postgres":
+        raise UsageError("--dsn needs --store postgres")
+    if args.root and kind == "postgres":
+        raise UsageError("--root names a JSONL or SQLite folder; it has no effect with --store postgres")
+
+
 def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | None]:
     """The entries ``dsh chat`` loads, with command-line overrides applied."""
     if not args.config:
+        check_store_flags(args.store, args)
         return _apply_timeout(args, default_entries(args)), None
     path = Path(args.config)
     if not path.is_file():
         raise UsageError(f"config file {args.config} not found")
     entries = _apply_timeout(args, load_config_file(path))
+    if args.base_url:
+        # The composition's model plugin has its own endpoint; quietly keeping it would be a lie.
+        raise UsageError("--base-url only applies without --config; set baseURL in the config's openai-llm entry")
+    mounted = [e for e in entries if e.name in STORE_NAMES and not e.disabled]
+    check_store_flags(args.store, args, mounted=mounted[-1].id if mounted else None)
     apps = [e for e in entries if e.name in APP_NAMES and not e.disabled]
     if not apps:
         # Load anyway: a broken entry deserves its own error before "no app" is reported.
@@ -224,6 +275,7 @@ async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
         apps = [e for e in entries if e.name in APP_NAMES]
         if stores:
             entry = stores[-1]
+            check_store_flags(None, args, mounted=entry.id)
         elif apps:
             # The app's own store, with its paths resolved as the app resolves them (cwd).
             app = apps[0].config or {}
@@ -232,6 +284,7 @@ async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
             sqlite = sqlite or app.get("sqlitePath")
     if entry is None:
         kind = kind or "jsonl"
+        check_store_flags(kind, args)
         folder = Path(root or DEFAULT_ROOT).expanduser().resolve()
         if kind == "jsonl":
             entry = PluginEntry("store", "jsonl-sessions", {"root": str(folder)})
@@ -323,6 +376,8 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             stop()
     finally:
         await ctx.dispose()
+    if app.output_closed:
+        return pipes.EXIT_PIPE
     # Scripts can trust the status: 1 when the last turn of this run ended in error.
     return 1 if app.failed else 0
 
@@ -375,12 +430,17 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
         await ctx.dispose()
 
 
+class _EscapingFormatter(logging.Formatter):
+    """Log lines can quote model or server text: its control characters are shown, not obeyed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().format(record))
+
+
 def _configure_logging(debug: bool) -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="dsh: %(message)s" if not debug else "%(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_EscapingFormatter("dsh: %(message)s" if not debug else "%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
     if not debug:
         for noisy in ("httpx", "openai", "psycopg", "asyncio"):
             logging.getLogger(noisy).setLevel(logging.ERROR)
@@ -388,7 +448,7 @@ def _configure_logging(debug: bool) -> None:
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return escape_controls(" ".join(line.strip() for line in text.splitlines() if line.strip()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -399,12 +459,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         runner = cmd_chat if args.command == "chat" else cmd_sessions
         try:
-            return asyncio.run(runner(args))
+            status = asyncio.run(runner(args))
+            sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
+            return status
         except LoadError as exc:
             # A store refusing a session (not found, corrupt, locked) is a runtime failure,
             # even when it surfaces while the composition loads.
             if isinstance(exc.__cause__, StoreError):
                 raise exc.__cause__ from None
+            if isinstance(exc.__cause__, StoreUnwritable):
+                raise UsageError(str(exc.__cause__)) from None
             raise
     except (UsageError, LoadError, ConfigError, msgspec.ValidationError) as exc:
         if debug:
@@ -419,6 +483,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
+        if pipes.is_broken_pipe(exc):
+            # stdout's reader went away (``| head``): stop quietly, as Unix tools do.
+            pipes.silence_stdout()
+            return pipes.EXIT_PIPE
         if debug:
             raise
         print(f"dsh: {_one_line(exc)} (run with --debug for details)", file=sys.stderr)

@@ -458,7 +458,7 @@ async def test_invalid_refresh_interval(rig: Rig, value: Any, rendered: str) -> 
 
 @pytest.mark.parametrize("value", [0, 1, 60_000, 60_000.0, 2**53 - 1, float(2**53 - 1), -0.0])
 async def test_valid_refresh_interval(rig: Rig, value: Any) -> None:
-    await rig.load({"refreshIntervalMs": value, "somethingElse": [1]})  # unknown keys ignored
+    await rig.load({"refreshIntervalMs": value})
     plugin = rig.ctx.time_context
     assert plugin.refresh_interval_ms == int(value)
     assert type(plugin.refresh_interval_ms) is int
@@ -494,6 +494,13 @@ async def test_invalid_time_zone(rig: Rig, key: str) -> None:
     assert str(raised.value) == f"time-context: invalid IANA timeZone {quoted}"
     assert raised.value.__cause__ is not None
     assert rig.ctx.listeners("agent/pre-step") == 0
+
+
+async def test_unknown_keys_are_refused_with_the_closest_key(rig: Rig) -> None:
+    # dsh departs from the reference here: its schema ignores extra keys, dsh names the typo.
+    with pytest.raises(ConfigError, match=r'^unknown key "timezone" \(did you mean "timeZone"\?\)$'):
+        await rig.load({"timezone": "Asia/Tokyo"})
+    assert not rig.ctx.has("time_context")
 
 
 async def test_time_zone_must_be_a_string(rig: Rig) -> None:

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from dsh.runtime import ConfigError, Context, Fiber
+from dsh.runtime.config import UnknownKeyError
 
 
 def make_plugin(
@@ -186,13 +187,19 @@ async def test_dependents_disposed_and_reapplied_when_service_goes_and_returns()
     ]
 
 
-async def test_config_none_becomes_defaults_and_unknown_keys_are_kept_out() -> None:
+async def test_config_none_becomes_defaults_and_unknown_keys_are_refused() -> None:
     ctx = Context()
     got: list[Any] = []
     plugin = make_plugin("tc", lambda c, cfg: got.append(cfg), config=TimeConfig)
     await ctx.plugin(plugin)
-    await ctx.plugin(plugin, {"timeZone": "UTC", "refreshIntervalMs": 5, "extra": True})
+    await ctx.plugin(plugin, {"timeZone": "UTC", "refreshIntervalMs": 5})
     assert got == [TimeConfig(), TimeConfig(time_zone="UTC", refresh_interval_ms=5)]
+    # A deliberate departure from the reference: a typo is refused, with the closest key.
+    with pytest.raises(UnknownKeyError, match=r'^unknown key "timezone" \(did you mean "timeZone"\?\)$'):
+        await ctx.plugin(plugin, {"timezone": "UTC"})
+    with pytest.raises(UnknownKeyError, match=r'^unknown key "extra"$'):
+        await ctx.plugin(plugin, {"extra": True})
+    assert len(got) == 2
     ready = TimeConfig(refresh_interval_ms=1)
     await ctx.plugin(plugin, ready)
     assert got[-1] is ready

@@ -3,8 +3,8 @@
 Owns the timeline rendering of ``show`` (each time reading, compaction checkpoint and tool call in
 order, shadowed events marked), ``requests`` (the exact request of every step rebuilt from the
 log alone: the logged header's system prompt, tools and prefix, plus the messages derived from
-the log before that ``step/start``), and the escaping that keeps model output from driving the
-terminal. Reads take no lock and never repair, so they work while another process writes.
+the log before that ``step/start``); every line goes through :mod:`dsh.apps.escape`. Reads
+take no lock and never repair, so they work while another process writes.
 """
 
 from __future__ import annotations
@@ -13,26 +13,20 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from dsh import _json
+from dsh import _json, _zones
+from dsh.apps.escape import escape_controls
 from dsh.persistence.base import SessionStore, StoredSession, StoreError
 from dsh.session import DerivedMessages, Event, Session, encode_event
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def escape_controls(text: str) -> str:
-    """Make terminal control characters visible (``\\x1b`` etc.); newlines and tabs stay."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
 
 def _time(ms: int, *, date: bool = False) -> str:
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone()
+    # The same zone and zone data as time-context's readings, not libc's copy.
+    moment = datetime.fromtimestamp(ms / 1000, tz=_zones.local_zone())
     return moment.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S")
 
 

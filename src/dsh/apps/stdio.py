@@ -32,6 +32,9 @@ from dsh.agent import loop as loop_plugin
 from dsh.agent import sessions as sessions_plugin
 from dsh.agent import system_prompt as system_prompt_plugin
 from dsh.agent.agent import Agent
+from dsh.apps import pipes
+from dsh.apps.escape import escape_controls, keep
+from dsh.apps.store_check import check_writable
 from dsh.llm import service as llm_plugin
 from dsh.runtime import Context
 from dsh.session import Event, Session
@@ -64,10 +67,20 @@ def _tool_result_text(data: dict[str, Any]) -> str:
 class Renderer:
     """Turns session events into transcript text (contracts §7.2)."""
 
-    def __init__(self, ctx: Context, write: Callable[[str], None], *, colour: bool, prompt: str = "\n> ") -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        write: Callable[[str], None],
+        *,
+        colour: bool,
+        prompt: str = "\n> ",
+        sanitise: Callable[[str], str] = escape_controls,
+    ) -> None:
         self._ctx = ctx
         self._write = write
         self.colour = colour
+        # Applied to every piece of text that came from the model, a tool or an error.
+        self.sanitise = sanitise
         self.prompt = prompt
         self._in_reasoning = False
         self.on_first_token: Callable[[], None] | None = None
@@ -91,21 +104,21 @@ class Renderer:
                 if self._in_reasoning:
                     self._in_reasoning = False
                     write(RESET + "\n" if self.colour else "\n")
-                write(chunk.get("text", ""))
+                write(self.sanitise(chunk.get("text", "")))
             elif ctype == "reasoning-delta":
                 self._first_token()
                 if not self._in_reasoning:
                     self._in_reasoning = True
                     if self.colour:
                         write(DIM)
-                write(chunk.get("text", ""))
+                write(self.sanitise(chunk.get("text", "")))
         elif kind == "turn/start":
-            write(f"\n[{self.label(session)} turn {data.get('turn')}] ")
+            write(f"\n[{self.sanitise(self.label(session))} turn {data.get('turn')}] ")
         elif kind == "tool/call":
             self._end_reasoning()
-            write(f"\n  [tool call] {data.get('name')}({data.get('arguments')})")
+            write(self.sanitise(f"\n  [tool call] {data.get('name')}({data.get('arguments')})"))
         elif kind == "tool/result":
-            write(f"\n  [tool result] {_tool_result_text(data)}\n  ")
+            write(self.sanitise(f"\n  [tool result] {_tool_result_text(data)}\n  "))
         elif kind == "turn/end":
             self._end_reasoning()
             self._first_token()
@@ -113,7 +126,7 @@ class Renderer:
         elif kind == "context/message" and self.on_reading is not None:
             source = data.get("source") or {}
             if source.get("plugin") == "time-context":
-                self.on_reading(_tool_result_text(data))
+                self.on_reading(self.sanitise(_tool_result_text(data)))
 
     def _end_reasoning(self) -> None:
         if self._in_reasoning:
@@ -134,6 +147,7 @@ class StdioApp:
         self.config = config
         self.agent = agent
         self.submitted = False
+        self.output_closed = False  # stdout's reader went away (``dsh chat | head``)
         self._stop_input: Callable[[], None] | None = None
         # The reason of the last turn this run ended (dsh chat's exit status comes from it).
         self.last_turn_reason: dict[str, Any] | None = None
@@ -209,12 +223,29 @@ class StdioApp:
 
             await run_terminal(self, stdout)
 
+    def _output_gone(self) -> None:
+        """Nobody reads stdout any more: stop, as SIGPIPE stops a Unix tool, but cleanly (the
+        running turn is cancelled and recorded, the log flushed), without a traceback."""
+        if self.output_closed:
+            return
+        self.output_closed = True
+        pipes.silence_stdout()
+        if self.agent.status == "running" or self.agent.queued:
+            self.agent.cancel("output closed")
+        self.stop_input()
+
     async def _run_plain(self, stdin: TextIO, stdout: TextIO) -> None:
         def write(text: str) -> None:
-            stdout.write(text)
-            stdout.flush()
+            if self.output_closed:
+                return
+            try:
+                stdout.write(text)
+                stdout.flush()
+            except BrokenPipeError:
+                self._output_gone()
 
-        renderer = Renderer(self.ctx, write, colour=False)
+        # Byte-exact to a pipe or file; a person's terminal never obeys model-sent controls.
+        renderer = Renderer(self.ctx, write, colour=False, sanitise=escape_controls if _isatty(stdout) else keep)
         remove = self.ctx.on("session/event", renderer)
         write(f"{self.config.welcome}\n> ")
         loop = asyncio.get_running_loop()
@@ -232,7 +263,7 @@ class StdioApp:
         threading.Thread(target=reader, name="dsh-stdin", daemon=True).start()
         self.set_stop_input(lambda: lines.put_nowait(None))
         try:
-            while (line := await lines.get()) is not None:
+            while (line := await lines.get()) is not None and not self.output_closed:
                 note = self.submit(line)
                 if note:
                     print(f"dsh: {note}", file=sys.stderr)
@@ -240,6 +271,13 @@ class StdioApp:
                 await self.settle()
         finally:
             remove()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):
+        return False
 
 
 _SPINE = (
@@ -261,6 +299,8 @@ async def apply(ctx: Context, config: Config) -> None:
         ctx.defer(ctx.system_prompt.add_section("deployment:persona", config.persona, order=0))
     if not ctx.has("session_store"):
         await _mount_store(ctx, config)
+    # Before any session exists: an unwritable store would lose the conversation at its first flush.
+    check_writable(ctx.session_store)
     if not ctx.has("agent_loop"):
         await ctx.plugin(loop_plugin, {"maxStepsPerTurn": config.max_steps_per_turn})
     loop: loop_plugin.AgentLoop = ctx.agent_loop

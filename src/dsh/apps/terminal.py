@@ -23,6 +23,7 @@ from prompt_toolkit.history import FileHistory, InMemoryHistory
 from rich.console import Console
 from rich.markup import escape
 
+from dsh.apps.escape import escape_controls
 from dsh.session import Event, Session
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
     write = _Writer(stdout)
     console = Console(file=stdout, highlight=False, soft_wrap=True)
     spinner = _Spinner(write)
-    renderer = Renderer(app.ctx, write, colour=True, prompt="\n")
+    renderer = Renderer(app.ctx, write, colour=True, prompt="\n", sanitise=escape_controls)
     renderer.on_first_token = spinner.stop
     renderer.on_reading = lambda text: write(f"{DIM}⏱ {text.replace(chr(10), ' · ')}{RESET}\n")
 
@@ -101,7 +102,8 @@ async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
         if event.type == "turn/end" and event.data.get("reason", {}).get("kind") in ("aborted", "error"):
             reason = event.data["reason"]
             detail = reason.get("reason") or reason.get("message") or ""
-            write(f"\n{DIM}⊘ turn {reason['kind']}{': ' + detail if detail else ''}{RESET}")
+            text = escape_controls(f"⊘ turn {reason['kind']}{': ' + str(detail) if detail else ''}")
+            write(f"\n{DIM}{text}{RESET}")
         renderer(session, event)
 
     history = _history(app)
@@ -118,7 +120,7 @@ async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
                 break
             note = app.submit(line)
             if note:
-                print(f"dsh: {note}", file=sys.stderr)
+                print(f"dsh: {escape_controls(note)}", file=sys.stderr)
             await app.settle()
     finally:
         spinner.stop()

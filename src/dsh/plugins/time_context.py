@@ -9,8 +9,10 @@ told them.
 
 Config
 ------
-Both keys are optional; unknown keys are ignored. Both are checked once, at load, and a bad value
-fails the load (under ``ctx.plugin`` the call raises and nothing stays registered):
+Both keys are optional. An unknown key is an error naming the closest valid one (``unknown key
+"timezone" in plugin "clock" (did you mean "timeZone"?)``): unlike the reference, which ignores
+extra keys, because a silently ignored typo is worse than a refusal. Both are checked once, at
+load, and a bad value fails the load (under ``ctx.plugin`` the call raises and nothing stays registered):
 
 - ``refreshIntervalMs`` (a non-negative safe integer, JS semantics: an integral float such as
   ``60000.0`` is accepted, ``True`` is not). Omitted or ``0``: a reading before **every** step
@@ -21,7 +23,9 @@ fails the load (under ``ctx.plugin`` the call raises and nothing stays registere
   ``NaN``, ``true``, ``abc``).
 - ``timeZone`` (an IANA key, matched case-insensitively as ICU does). Omitted: the process zone,
   resolved once at load: ``TZ`` (a leading ``:`` stripped) when set and non-empty, else the zone
-  ``/etc/localtime`` links to, else UTC. Changing ``TZ`` later changes nothing. Errors:
+  ``/etc/localtime`` links to, else UTC. Changing ``TZ`` later changes nothing. Zones come from the
+  newer of the system's and the ``tzdata`` package's zone data (``dsh._zones``; the rule and why
+  are in this package's README). Errors:
   ``time-context: invalid IANA timeZone "<key>"`` and ``time-context: failed to resolve the
   system time zone`` (the zoneinfo error is chained as the cause). The bracket shows the key as
   resolved (``Asia/Kolkata``, not ICU's legacy ``Asia/Calcutta``); the UTC aliases (``Etc/UTC``,
@@ -91,7 +95,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import zoneinfo
 from datetime import datetime
 from decimal import Decimal
@@ -100,7 +103,7 @@ from typing import Any, Final
 
 import msgspec
 
-from dsh import _clock
+from dsh import _clock, _zones
 from dsh.runtime import Context
 from dsh.session import Event
 
@@ -306,34 +309,23 @@ def validate_interval(value: Any) -> int:
 
 @cache
 def _zone_keys_by_lowercase() -> dict[str, str]:
-    return {key.lower(): key for key in zoneinfo.available_timezones()}
+    return {key.lower(): key for key in _zones.available_keys()}
 
 
 def _load_zone(key: str) -> tuple[zoneinfo.ZoneInfo, str]:
     """A zone and the name to print; keys match case-insensitively, as ICU does."""
     try:
-        zone = zoneinfo.ZoneInfo(key)
+        zone = _zones.zone(key)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         canonical = _zone_keys_by_lowercase().get(key.lower())
         if canonical is None:
             raise
-        key, zone = canonical, zoneinfo.ZoneInfo(canonical)
+        key, zone = canonical, _zones.zone(canonical)
     return zone, "UTC" if key in UTC_ALIASES else key
 
 
-def system_zone_key() -> str:
-    """The process zone: ``TZ`` (leading ``:`` stripped), else ``/etc/localtime``'s link, else UTC."""
-    tz = os.environ.get("TZ", "")
-    key = tz[1:] if tz.startswith(":") else tz
-    if key:
-        marker = "zoneinfo/"
-        return key.split(marker, 1)[1] if key.startswith("/") and marker in key else key
-    try:
-        target = os.path.realpath("/etc/localtime")
-    except OSError:
-        return "UTC"
-    marker = "/zoneinfo/"
-    return target.split(marker, 1)[1] if marker in target else "UTC"
+# The process zone (``TZ``, else ``/etc/localtime``, else UTC), shared with every zoned rendering.
+system_zone_key = _zones.local_zone_key
 
 
 def resolve_zone(explicit: str | None) -> tuple[zoneinfo.ZoneInfo, str]:

@@ -2,24 +2,96 @@
 
 This module owns turning a raw config value (from ``ctx.plugin(p, config)`` or a YAML entry) into
 the object a plugin's ``apply`` receives. A plugin's ``Config`` is a ``msgspec.Struct`` type;
-absent/``None`` config means ``{}`` (so every field's default applies), unknown keys are tolerated
-(msgspec's default), and failures are re-worded from msgspec's
+absent/``None`` config means ``{}`` (so every field's default applies), an unknown key is an
+error naming it and the closest valid key (:class:`UnknownKeyError`; this departs from the
+reference, whose schemas ignore extra keys: a silently ignored typo such as ``persistanceRoot``
+is worse than a refusal), and failures are re-worded from msgspec's
 ``Expected `int`, got `str` - at `$.x``` into the reference's path-first style
 ``$.x: expected int, got str``.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
+import types
+import typing
 from typing import Any
 
 import msgspec
 
-__all__ = ["ConfigError", "format_validation_error", "validate_config"]
+__all__ = ["ConfigError", "UnknownKeyError", "format_validation_error", "validate_config"]
 
 
 class ConfigError(ValueError):
     """A plugin config failed validation. ``str(err)`` starts with the JSON path."""
+
+
+class UnknownKeyError(ConfigError):
+    """A config key the plugin's schema does not know; ``suggestion`` is the closest valid key."""
+
+    def __init__(self, key: str, suggestion: str | None) -> None:
+        self.key = key
+        self.suggestion = suggestion
+        super().__init__(f'unknown key "{key}"{self.hint}')
+
+    @property
+    def hint(self) -> str:
+        return f' (did you mean "{self.suggestion}"?)' if self.suggestion else ""
+
+    def in_plugin(self, plugin: str) -> str:
+        """``unknown key "timezone" in plugin "clock" (did you mean "timeZone"?)``."""
+        return f'unknown key "{self.key}" in plugin "{plugin}"{self.hint}'
+
+
+def _closest(key: str, valid: list[str]) -> str | None:
+    squashed = {name.lower().replace("_", ""): name for name in valid}
+    same = squashed.get(key.lower().replace("_", "").replace("-", ""))
+    if same is not None:  # only case or separators differ: timezone, sqlite_path
+        return same
+    lowered = {name.lower(): name for name in valid}
+    match = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.6)
+    return lowered[match[0]] if match else None
+
+
+def _struct_types(annotation: Any) -> list[type[msgspec.Struct]]:
+    """The Struct types a value of ``annotation`` may be (directly or inside ``X | None``)."""
+    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
+        return [annotation]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, typing.Annotated):
+        return [t for arg in typing.get_args(annotation) for t in _struct_types(arg)]
+    return []
+
+
+def _item_struct_types(annotation: Any) -> list[type[msgspec.Struct]]:
+    """The Struct types of the items of a ``list[...]``/``tuple[...]`` annotation."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, typing.Annotated):
+        return [t for arg in typing.get_args(annotation) for t in _item_struct_types(arg)]
+    if typing.get_origin(annotation) in (list, tuple, set, frozenset):
+        return [t for arg in typing.get_args(annotation) for t in _struct_types(arg)]
+    return []
+
+
+def check_unknown_keys(schema: Any, raw: object, prefix: str = "") -> None:
+    """Raise :class:`UnknownKeyError` for the first key of ``raw`` that ``schema`` does not know,
+    in nested Struct-typed fields too (``agents[0].nmae``)."""
+    structs = _struct_types(schema)
+    if len(structs) != 1 or not isinstance(raw, dict):
+        return  # a union of several Structs, or not an object: msgspec reports the shape
+    fields = msgspec.structs.fields(structs[0])
+    by_key = {f.encode_name: f for f in fields}
+    for key in raw:
+        if key not in by_key:
+            raise UnknownKeyError(f"{prefix}{key}", _closest(str(key), list(by_key)))
+    for key, value in raw.items():
+        annotation = by_key[key].type
+        if isinstance(value, dict):
+            check_unknown_keys(annotation, value, f"{prefix}{key}.")
+        elif isinstance(value, list):
+            items = _item_struct_types(annotation)
+            if len(items) == 1:
+                for index, item in enumerate(value):
+                    check_unknown_keys(items[0], item, f"{prefix}{key}[{index}].")
 
 
 _AT_RE = re.compile(r"^(?P<msg>.*) - at `(?P<path>\$[^`]*)`$", re.DOTALL)
@@ -66,6 +138,7 @@ def validate_config(schema: type[Any] | None, config: object) -> Any:
         return raw
     if isinstance(schema, type) and isinstance(raw, schema):
         return raw
+    check_unknown_keys(schema, raw)
     try:
         return msgspec.convert(raw, schema)
     except msgspec.ValidationError as exc:

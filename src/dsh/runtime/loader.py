@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from dsh.runtime.config import UnknownKeyError
 from dsh.runtime.context import Context, Fiber
 
 __all__ = [
@@ -435,6 +436,8 @@ async def load_plugins(
                 raise LoadError(f'plugin "{entry.id}": {exc}') from exc.__cause__
             try:
                 fiber = await ctx.plugin(plugin, entry.config)
+            except UnknownKeyError as exc:
+                raise LoadError(exc.in_plugin(entry.id)) from exc
             except Exception as exc:
                 raise LoadError(f'plugin "{entry.id}": {_plugin_failure(plugin, exc)}') from exc
             loaded.append(LoadedPlugin(entry, fiber))

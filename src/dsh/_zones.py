@@ -1,0 +1,125 @@
+"""Which IANA zone data dsh renders times with, and the zone it runs in.
+
+``zoneinfo`` reads the operating system's zone files before the ``tzdata`` package dsh depends
+on, so an old distribution silently wins over a newer package: for ``Africa/Casablanca`` in
+December 2026, Debian's 2025b data says ``+01:00`` and tzdata 2026f (and the reference harness)
+``+00:00``. The rule here: **the newer of the two wins**; on a tie, or when the package's
+version is unknown, the system's data is used; when the system's version cannot be read, the
+package is. Newer, not "package always", because a distribution that updates its zone data
+faster than dsh is released should still be able to correct dsh. Every zoned rendering in dsh
+(time-context's readings, compaction's times, ``dsh sessions`` timestamps) loads zones through
+:func:`zone`, and ``dsh --version`` reports :func:`zone_data`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zoneinfo
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+__all__ = ["ZoneData", "available_keys", "local_zone", "local_zone_key", "zone", "zone_data"]
+
+_VERSION = re.compile(r"(\d{4})([a-z]*)")
+
+
+@dataclass(frozen=True)
+class ZoneData:
+    """The zone data in use: its IANA version (``2026f``) and where it comes from."""
+
+    version: str | None
+    source: str
+    from_package: bool
+
+    def describe(self) -> str:
+        return f"{self.version or 'unknown version'} ({self.source})"
+
+
+def _version_key(version: str | None) -> tuple[int, str]:
+    match = _VERSION.fullmatch(version or "")
+    return (int(match.group(1)), match.group(2)) if match else (-1, "")
+
+
+def system_data() -> tuple[str | None, str | None]:
+    """The version and folder of the first system zone folder ``zoneinfo`` would read."""
+    for folder in zoneinfo.TZPATH:
+        if not os.path.isdir(folder):
+            continue
+        try:
+            with open(os.path.join(folder, "tzdata.zi"), encoding="utf-8") as handle:
+                first = handle.readline()
+            if first.startswith("# version "):
+                return first.removeprefix("# version ").strip(), folder
+        except OSError:
+            pass
+        try:
+            with open(os.path.join(folder, "+VERSION"), encoding="utf-8") as handle:
+                return handle.read().strip() or None, folder
+        except OSError:
+            return None, folder
+    return None, None
+
+
+def package_version() -> str | None:
+    try:
+        import tzdata  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    version = getattr(tzdata, "IANA_VERSION", None)
+    return version if isinstance(version, str) else None
+
+
+@cache
+def zone_data() -> ZoneData:
+    """Which data wins, decided once per process (see the module docstring)."""
+    return choose(*system_data(), package_version())
+
+
+def choose(system: str | None, folder: str | None, package: str | None) -> ZoneData:
+    """The rule: the newer wins; a tie or an unknown package version keeps the system's."""
+    if package is not None and (folder is None or _version_key(package) > _version_key(system)):
+        return ZoneData(package, "tzdata package", True)
+    return ZoneData(system, f"system, {folder}" if folder else "system", False)
+
+
+@cache
+def zone(key: str) -> zoneinfo.ZoneInfo:
+    """The zone ``key`` from the winning data (raises as ``ZoneInfo(key)`` does)."""
+    found = zoneinfo.ZoneInfo(key)  # validates the key; the system's or the package's data
+    if not zone_data().from_package:
+        return found
+    try:
+        with resources.files("tzdata.zoneinfo").joinpath(*key.split("/")).open("rb") as handle:
+            return zoneinfo.ZoneInfo.from_file(handle, key=key)
+    except (OSError, ValueError, ModuleNotFoundError):
+        return found  # a key only the system knows
+
+
+@cache
+def available_keys() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def local_zone_key() -> str:
+    """The process zone: ``TZ`` (leading ``:`` stripped), else ``/etc/localtime``'s link, else UTC."""
+    tz = os.environ.get("TZ", "")
+    key = tz[1:] if tz.startswith(":") else tz
+    if key:
+        marker = "zoneinfo/"
+        return key.split(marker, 1)[1] if key.startswith("/") and marker in key else key
+    try:
+        target = os.path.realpath("/etc/localtime")
+    except OSError:
+        return "UTC"
+    marker = "/zoneinfo/"
+    return target.split(marker, 1)[1] if marker in target else "UTC"
+
+
+def local_zone() -> zoneinfo.ZoneInfo:
+    """The process zone from the winning data; UTC when it cannot be resolved."""
+    try:
+        return zone(local_zone_key())
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        return zoneinfo.ZoneInfo("UTC")
