@@ -1,4 +1,4 @@
-"""The ``dsh`` command line: ``dsh chat`` and ``dsh sessions``.
+"""The ``dsh`` command line: ``dsh chat``, ``dsh sessions`` and ``dsh mcp``.
 
 Owns argument parsing, the built-in default composition (``mock-echo`` or ``openai-llm``,
 ``echo-tool``, ``time-context``, JSONL sessions under ``./.sessions``, ``stdio-app``), choosing a
@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from dsh.apps import mcp_cmd
 from dsh.apps import sessions as sessions_view
 from dsh.persistence.base import SessionStore, StoreError
 from dsh.runtime import ConfigError, Context
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     for sub_parser in (listing, show, requests, remove, export, importing):
         _store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+    mcp_cmd.add_parser(commands, _Parser)
     return parser
 
 
@@ -137,6 +139,8 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
     return [
         llm,
         PluginEntry(id="echo-tool", name="echo-tool"),
+        # MCP servers of the project's .mcp.json and the user's mcp.json (none: nothing mounted).
+        PluginEntry(id="mcp", name="mcp", config={"discover": True}),
         PluginEntry(id="time-context", name="time-context"),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),
@@ -330,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(debug)
     try:
         args = build_parser().parse_args(argv)
-        runner = cmd_chat if args.command == "chat" else cmd_sessions
+        runner = {"chat": cmd_chat, "mcp": mcp_cmd.run}.get(args.command, cmd_sessions)
         try:
             return asyncio.run(runner(args))
         except LoadError as exc:

@@ -1,0 +1,392 @@
+"""One supervised connection to an MCP server, on the official ``mcp`` SDK.
+
+This module owns a server's connection lifecycle: starting it (stdio or streamable HTTP),
+listing its tools, re-listing on ``notifications/tools/list_changed``, calling a tool with a
+timeout and cancellation, and reconnecting after a crash with backoff (500 ms doubling to 30 s,
+at most 10 consecutive failures; the budget resets once a connection stayed up for a healthy
+period). While the server is down every call fails at once with a model-visible reason.
+
+The SDK's context managers live in one supervisor task per server (anyio requires them to be
+entered and left in the same task); calls from tool executions only use the session's streams.
+
+A stdio server runs under :mod:`._guard` in a new process group with a scrubbed environment
+(the SDK's safe variables plus the configured ``env``), so it is stopped on dispose and cannot
+outlive dsh even when dsh is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Literal, TextIO
+
+import anyio
+import httpx2
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectSendStream
+
+# The SDK's own alias for a transport's (read, write) pair.
+from mcp.client._transport import ReadStream, TransportStreams
+from mcp.client.session import ClientSession, IncomingMessage
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+
+from dsh.plugins.mcp.config import SECRETS, ServerSpec, dsh_home
+from dsh.runtime.abort import AbortSignal
+from dsh.tools.types import ToolError
+
+__all__ = ["Backoff", "Connection", "Status", "backoff_delay"]
+
+log = logging.getLogger("dsh.mcp")
+
+BACKOFF_START_S = 0.5
+BACKOFF_MAX_S = 30.0
+MAX_FAILURES = 10
+HEALTHY_AFTER_S = 60.0
+CLOSE_TIMEOUT_S = 10.0
+GUARD = Path(__file__).with_name("_guard.py")
+
+Status = Literal["starting", "connected", "reconnecting", "failed", "closed"]
+
+
+def backoff_delay(failures: int) -> float:
+    """Seconds to wait before attempt ``failures + 1``: 0.5, 1, 2, ... capped at 30."""
+    return float(min(BACKOFF_START_S * 2 ** max(failures - 1, 0), BACKOFF_MAX_S))
+
+
+class Backoff:
+    """The reconnect budget: consecutive failures, reset after a healthy connection."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._since: float | None = None
+        self.failures = 0
+
+    def connected(self) -> None:
+        self._since = self._clock()
+
+    def lost(self) -> float | None:
+        """Record a lost connection or failed attempt; the delay before the next attempt, or
+        ``None`` once the budget is spent."""
+        if self._since is not None and self._clock() - self._since >= HEALTHY_AFTER_S:
+            self.failures = 0
+        self._since = None
+        self.failures += 1
+        if self.failures > MAX_FAILURES:
+            return None
+        return backoff_delay(self.failures)
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def describe(exc: BaseException) -> str:
+    """One scrubbed line for an exception (the first leaf of an exception group)."""
+    exc = _leaf(exc)
+    if isinstance(exc, MCPError):
+        text = exc.message
+    elif isinstance(exc, TimeoutError):
+        text = "timed out"
+    elif isinstance(exc, httpx2.ConnectError):
+        text = "connection refused" if "refused" in str(exc).lower() else f"cannot connect: {exc}"
+    elif isinstance(exc, FileNotFoundError):
+        text = f"command not found: {exc.filename or exc}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return SECRETS.scrub(" ".join(text.split()))
+
+
+class Connection:
+    """A supervised connection to one server; ``on_tools`` receives every tool listing."""
+
+    def __init__(self, spec: ServerSpec, on_tools: Callable[[list[types.Tool]], None]) -> None:
+        self.spec = spec
+        self.status: Status = "starting"
+        self.reason: str | None = None
+        self.tools: list[types.Tool] = []
+        self.pid: int | None = None
+        self._on_tools = on_tools
+        self._session: ClientSession | None = None
+        self._lost: asyncio.Event | None = None
+        self._lost_reason: str | None = None
+        self._wake = asyncio.Event()
+        self._started = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self._resync = asyncio.Event()
+        self._backoff = Backoff()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> bool:
+        """Connect and list tools; ``True`` when connected, ``False`` when the start failed."""
+        self._task = asyncio.create_task(self._supervise(), name=f"mcp:{self.spec.name}")
+        await self._started.wait()
+        return self.status == "connected"
+
+    async def close(self) -> None:
+        """Stop the server (stdio: close stdin, then terminate its process group)."""
+        self._closing = True
+        self._wake.set()
+        if self._lost is not None:
+            self._lost.set()
+        task = self._task
+        if task is None or task.done():
+            self.status = "closed"
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        self.status = "closed"
+
+    async def _supervise(self) -> None:
+        ever = False
+        while not self._closing:
+            reason = "connection closed"
+            try:
+                await self._connect_once()
+                reason = self._lost_reason or reason
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    raise
+                reason = describe(exc)
+                if self.spec.transport == "stdio" and isinstance(_leaf(exc), MCPError):
+                    reason += f" (the server's stderr is in {_errlog_path(self.spec.name)})"
+            finally:
+                self._session = None
+                self._lost = None
+                self.pid = None
+            ever = ever or bool(self.tools) or self.status == "connected"
+            if self._closing:
+                break
+            if not ever:
+                self.status, self.reason = "failed", reason
+                self._started.set()
+                return
+            delay = self._backoff.lost()
+            if delay is None:
+                self.status = "failed"
+                self.reason = f"gave up after {MAX_FAILURES} consecutive failures: {reason}"
+                log.warning('mcp: server "%s" failed: %s', self.spec.name, self.reason)
+                return
+            if self.status == "connected":
+                log.warning('mcp: server "%s" disconnected (%s); reconnecting', self.spec.name, reason)
+            self.status, self.reason = "reconnecting", reason
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+        self.status = "closed"
+        self._started.set()
+
+    @contextlib.asynccontextmanager
+    async def _transport(
+        self,
+    ) -> AsyncIterator[TransportStreams]:
+        spec = self.spec
+        if spec.transport == "stdio":
+            assert spec.command is not None
+            path = spec.env.get("PATH", os.environ.get("PATH"))
+            if shutil.which(spec.command, path=path) is None and not (
+                spec.cwd and shutil.which(os.path.join(spec.cwd, spec.command))
+            ):
+                raise FileNotFoundError(2, "not found", spec.command)
+            params = StdioServerParameters(
+                command=sys.executable,
+                args=["-I", "-S", str(GUARD), str(os.getpid()), spec.command, *spec.args],
+                env=dict(spec.env),
+                cwd=spec.cwd,
+            )
+            with _errlog(spec.name) as errlog:
+                async with stdio_client(params, errlog=errlog) as (read, write):
+                    yield read, write
+        else:
+            assert spec.url is not None
+            timeout = httpx2.Timeout(30.0, read=300.0)
+            async with (
+                httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout) as http,
+                streamable_http_client(spec.url, http_client=http) as (read, write),
+            ):
+                yield read, write
+
+    async def _connect_once(self) -> None:
+        lost = self._lost = asyncio.Event()
+        self._lost_reason = None
+        async with self._transport() as (read, write):
+            inner_send, inner_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+            pump = asyncio.create_task(self._pump(read, inner_send, lost))
+            resync: asyncio.Task[None] | None = None
+            try:
+                async with ClientSession(inner_read, write, message_handler=self._on_message) as session:
+                    with anyio.fail_after(self.spec.startup_timeout_ms / 1000):
+                        await session.initialize()
+                        tools = await _list_tools(session)
+                    if self._closing:
+                        return
+                    self._session = session
+                    self._accept_tools(tools)
+                    self.status, self.reason = "connected", None
+                    self._backoff.connected()
+                    self._started.set()
+                    resync = asyncio.create_task(self._resync_loop(session))
+                    await lost.wait()
+            finally:
+                self._session = None
+                for task in (pump, resync):
+                    if task is not None:
+                        task.cancel()
+                        with contextlib.suppress(BaseException):
+                            await task
+
+    async def _pump(
+        self,
+        source: ReadStream[SessionMessage | Exception],
+        sink: MemoryObjectSendStream[SessionMessage | Exception],
+        lost: asyncio.Event,
+    ) -> None:
+        # Forwards the transport to the session, so that the end of the server's output (a
+        # crashed process) is noticed even while no call is waiting.
+        try:
+            async with sink:
+                async for item in source:
+                    await sink.send(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+            pass
+        finally:
+            self._mark_lost("the server closed the connection", lost)
+
+    def _mark_lost(self, reason: str, lost: asyncio.Event | None = None) -> None:
+        event = lost or self._lost
+        if event is not None and not event.is_set():
+            self._lost_reason = self._lost_reason or reason
+            event.set()
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._resync.set()
+        elif isinstance(message, Exception):
+            log.debug("mcp %s: transport error: %s", self.spec.name, describe(message))
+
+    async def _resync_loop(self, session: ClientSession) -> None:
+        while True:
+            await self._resync.wait()
+            self._resync.clear()
+            try:
+                tools = await _list_tools(session)
+            except Exception as exc:
+                # The previous generation stays registered.
+                log.warning('mcp: server "%s": re-listing tools failed: %s', self.spec.name, describe(exc))
+                continue
+            self._accept_tools(tools)
+
+    def _accept_tools(self, tools: list[types.Tool]) -> None:
+        self.tools = tools
+        self._on_tools(tools)
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    def unavailable(self) -> str:
+        """The model-visible reason this server cannot take a call right now."""
+        name, reason = self.spec.name, self.reason or "not connected"
+        if self.status == "reconnecting":
+            return (
+                f'MCP server "{name}" is unavailable ({reason}); reconnecting '
+                f"(attempt {self._backoff.failures} of {MAX_FAILURES}). Try again shortly."
+            )
+        if self.status == "failed":
+            return f'MCP server "{name}" is unavailable: {reason}. Restart dsh to reconnect.'
+        return f'MCP server "{name}" is not connected ({self.status}).'
+
+    async def call(
+        self, raw_name: str, arguments: dict[str, object], signal: AbortSignal
+    ) -> types.CallToolResult:
+        """Call tool ``raw_name``; raises :class:`ToolError` with a model-visible reason."""
+        session = self._session
+        if session is None or self.status != "connected":
+            raise ToolError(self.unavailable())
+        timeout_s = self.spec.call_timeout_ms / 1000
+        task = asyncio.ensure_future(
+            session.call_tool(raw_name, arguments, read_timeout_seconds=timeout_s)
+        )
+        remove = signal.add_listener(task.cancel)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if signal.aborted and not (current is not None and current.cancelling()):
+                raise ToolError(f"MCP call cancelled: {signal.reason}") from None
+            raise
+        except MCPError as exc:
+            if exc.code == types.REQUEST_TIMEOUT:
+                raise ToolError(
+                    f'MCP tool "{raw_name}" on server "{self.spec.name}" timed out after '
+                    f"{_seconds(self.spec.call_timeout_ms)}"
+                ) from None
+            if exc.code == types.CONNECTION_CLOSED:
+                self._mark_lost("the connection closed during a call")
+                raise ToolError(
+                    f'MCP server "{self.spec.name}" disconnected during the call; reconnecting. '
+                    "Try again shortly."
+                ) from None
+            raise ToolError(f'MCP server "{self.spec.name}": {describe(exc)}') from None
+        except Exception as exc:
+            # A transport failure (an HTTP server that went away): reconnect.
+            reason = describe(exc)
+            self._mark_lost(reason)
+            raise ToolError(
+                f'MCP server "{self.spec.name}" is unreachable ({reason}); reconnecting. '
+                "Try again shortly."
+            ) from None
+        finally:
+            remove()
+
+
+async def _list_tools(session: ClientSession) -> list[types.Tool]:
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    while True:
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms / 1000:g}s"
+
+
+def _errlog_path(server: str) -> Path:
+    return dsh_home() / "logs" / f"mcp-{server}.log"
+
+
+@contextlib.contextmanager
+def _errlog(server: str) -> Iterator[TextIO]:
+    """The server's stderr: ``<dsh home>/logs/mcp-<server>.log``, else discarded."""
+    path = _errlog_path(server)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115
+    except OSError:
+        handle = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+    try:
+        yield handle
+    finally:
+        handle.close()
