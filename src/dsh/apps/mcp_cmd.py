@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TypeVar
 
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins
@@ -20,7 +21,11 @@ __all__ = ["MCP_NAMES", "add_parser", "run"]
 MCP_NAMES = frozenset({"mcp", "dsh.plugins.mcp.plugin"})
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser], parser_class: type[argparse.ArgumentParser]) -> None:
+P = TypeVar("P", bound=argparse.ArgumentParser)
+
+
+def add_parser(commands: argparse._SubParsersAction[P], parser_class: type[P]) -> None:
+    """Add ``dsh mcp list`` to the command parsers."""
     mcp = commands.add_parser("mcp", help="MCP servers")
     sub = mcp.add_subparsers(dest="action", required=True, parser_class=parser_class)
     listing = sub.add_parser("list", help="configured servers, their status and tools")

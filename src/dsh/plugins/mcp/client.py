@@ -53,6 +53,8 @@ BACKOFF_MAX_S = 30.0
 MAX_FAILURES = 10
 HEALTHY_AFTER_S = 60.0
 CLOSE_TIMEOUT_S = 10.0
+RESYNC_WAIT_S = 5.0
+_LIST_CHANGED = "notifications/tools/list_changed"
 GUARD = Path(__file__).with_name("_guard.py")
 
 Status = Literal["starting", "connected", "reconnecting", "failed", "closed"]
@@ -126,6 +128,7 @@ class Connection:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._resync = asyncio.Event()
+        self._syncing: asyncio.Task[None] | None = None
         self._backoff = Backoff()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -231,7 +234,6 @@ class Connection:
         async with self._transport() as (read, write):
             inner_send, inner_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
             pump = asyncio.create_task(self._pump(read, inner_send, lost))
-            resync: asyncio.Task[None] | None = None
             try:
                 async with ClientSession(inner_read, write, message_handler=self._on_message) as session:
                     with anyio.fail_after(self.spec.startup_timeout_ms / 1000):
@@ -241,18 +243,20 @@ class Connection:
                         return
                     self._session = session
                     self._accept_tools(tools)
+                    if self.status == "reconnecting":
+                        log.warning('mcp: server "%s" reconnected', self.spec.name)
                     self.status, self.reason = "connected", None
                     self._backoff.connected()
                     self._started.set()
-                    resync = asyncio.create_task(self._resync_loop(session))
                     await lost.wait()
             finally:
                 self._session = None
-                for task in (pump, resync):
+                for task in (pump, self._syncing):
                     if task is not None:
                         task.cancel()
                         with contextlib.suppress(BaseException):
                             await task
+                self._syncing = None
 
     async def _pump(
         self,
@@ -265,6 +269,11 @@ class Connection:
         try:
             async with sink:
                 async for item in source:
+                    # Seen here, in arrival order, so a call whose own notification announced
+                    # new tools returns only after the re-listing (the session would deliver
+                    # the notification in a task of its own, possibly after the response).
+                    if isinstance(item, SessionMessage) and _is_list_changed(item):
+                        self._request_resync()
                     await sink.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
             pass
@@ -277,23 +286,35 @@ class Connection:
             self._lost_reason = self._lost_reason or reason
             event.set()
 
+    def _request_resync(self) -> None:
+        self._resync.set()
+        session = self._session
+        if session is not None and (self._syncing is None or self._syncing.done()):
+            self._syncing = asyncio.create_task(self._resync_tools(session))
+
     async def _on_message(self, message: IncomingMessage) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            self._resync.set()
-        elif isinstance(message, Exception):
+        if isinstance(message, Exception):
             log.debug("mcp %s: transport error: %s", self.spec.name, describe(message))
 
-    async def _resync_loop(self, session: ClientSession) -> None:
-        while True:
-            await self._resync.wait()
+    async def _resync_tools(self, session: ClientSession) -> None:
+        # Notifications arriving while a listing runs ask for one more listing, not one each.
+        while self._resync.is_set():
             self._resync.clear()
             try:
                 tools = await _list_tools(session)
             except Exception as exc:
                 # The previous generation stays registered.
                 log.warning('mcp: server "%s": re-listing tools failed: %s', self.spec.name, describe(exc))
-                continue
-            self._accept_tools(tools)
+                return
+            if session is self._session:
+                self._accept_tools(tools)
+
+    async def _synced(self) -> None:
+        """Wait (briefly) for a re-listing a call's own notification started, so the next
+        request already shows the tools the call added or removed."""
+        task = self._syncing
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=RESYNC_WAIT_S)
 
     def _accept_tools(self, tools: list[types.Tool]) -> None:
         self.tools = tools
@@ -326,7 +347,9 @@ class Connection:
         )
         remove = signal.add_listener(task.cancel)
         try:
-            return await task
+            result = await task
+            await self._synced()
+            return result
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if signal.aborted and not (current is not None and current.cancelling()):
@@ -355,6 +378,11 @@ class Connection:
             ) from None
         finally:
             remove()
+
+
+def _is_list_changed(item: SessionMessage) -> bool:
+    message = item.message
+    return isinstance(message, types.JSONRPCNotification) and message.method == _LIST_CHANGED
 
 
 async def _list_tools(session: ClientSession) -> list[types.Tool]:

@@ -20,17 +20,19 @@ import logging
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
-
-from dsh.plugins.mcp.client import Connection, describe
 from dsh.plugins.mcp.config import SECRETS, Config, ServerSpec, discover, spec_from_config
 from dsh.plugins.mcp.naming import public_tool_name
-from dsh.plugins.mcp.results import map_result
 from dsh.runtime.context import Context
 from dsh.tools.registry import ToolRegistry
 from dsh.tools.types import Tool, ToolCall, ToolResult, define_tool
+
+if TYPE_CHECKING:
+    # The SDK takes seconds to import on a busy machine: only load it when a server is mounted.
+    import mcp_types as types
+
+    from dsh.plugins.mcp.client import Connection
 
 __all__ = ["Config", "Server", "apply", "inject", "name", "servers"]
 
@@ -60,6 +62,8 @@ class Server:
     _unregister: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        from dsh.plugins.mcp.client import Connection
+
         self.connection = Connection(self.spec, self.replace_tools)
 
     def replace_tools(self, listing: list[types.Tool]) -> None:
@@ -93,6 +97,8 @@ class Server:
 
     def _tool(self, public: str, item: types.Tool) -> Tool:
         raw, connection = item.name, self.connection
+
+        from dsh.plugins.mcp.results import map_result
 
         async def execute(args: Any, call: ToolCall) -> ToolResult:
             # A model may send a bare string or null: the server then reports what it needs.
@@ -170,4 +176,4 @@ def status_line(server: Server) -> str:
     return f"{conn.status}: {SECRETS.scrub(conn.reason or 'unknown')}" if conn.reason else conn.status
 
 
-__all__ += ["describe", "status_line"]
+__all__ += ["status_line"]
