@@ -129,6 +129,7 @@ class Connection:
         self._task: asyncio.Task[None] | None = None
         self._resync = asyncio.Event()
         self._syncing: asyncio.Task[None] | None = None
+        self._was_up = False
         self._backoff = Backoff()
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -176,7 +177,7 @@ class Connection:
                 self._session = None
                 self._lost = None
                 self.pid = None
-            ever = ever or bool(self.tools) or self.status == "connected"
+            ever = ever or self._was_up
             if self._closing:
                 break
             if not ever:
@@ -189,7 +190,7 @@ class Connection:
                 self.reason = f"gave up after {MAX_FAILURES} consecutive failures: {reason}"
                 log.warning('mcp: server "%s" failed: %s', self.spec.name, self.reason)
                 return
-            if self.status == "connected":
+            if self._was_up:
                 log.warning('mcp: server "%s" disconnected (%s); reconnecting', self.spec.name, reason)
             self.status, self.reason = "reconnecting", reason
             self._wake.clear()
@@ -231,6 +232,7 @@ class Connection:
     async def _connect_once(self) -> None:
         lost = self._lost = asyncio.Event()
         self._lost_reason = None
+        self._was_up = False
         async with self._transport() as (read, write):
             inner_send, inner_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
             pump = asyncio.create_task(self._pump(read, inner_send, lost))
@@ -246,6 +248,7 @@ class Connection:
                     if self.status == "reconnecting":
                         log.warning('mcp: server "%s" reconnected', self.spec.name)
                     self.status, self.reason = "connected", None
+                    self._was_up = True
                     self._backoff.connected()
                     self._started.set()
                     await lost.wait()
@@ -284,6 +287,9 @@ class Connection:
         event = lost or self._lost
         if event is not None and not event.is_set():
             self._lost_reason = self._lost_reason or reason
+            if self.status == "connected":
+                # Calls fail fast from now on instead of reaching a session being torn down.
+                self.status, self.reason = "reconnecting", self._lost_reason
             event.set()
 
     def _request_resync(self) -> None:
@@ -328,7 +334,7 @@ class Connection:
         if self.status == "reconnecting":
             return (
                 f'MCP server "{name}" is unavailable ({reason}); reconnecting '
-                f"(attempt {self._backoff.failures} of {MAX_FAILURES}). Try again shortly."
+                f"(attempt {max(self._backoff.failures, 1)} of {MAX_FAILURES}). Try again shortly."
             )
         if self.status == "failed":
             return f'MCP server "{name}" is unavailable: {reason}. Restart dsh to reconnect.'
