@@ -8,9 +8,10 @@ project's ``.mcp.json`` (the working directory) and from ``mcp.json`` in the dsh
 shadows a user-level server of the same name.
 
 ``${VAR}`` (and ``${VAR:-default}``) in ``env``, ``headers``, ``args``, ``url`` and ``cwd`` are
-expanded at load from the process environment. Values that came from the environment are kept
-in :class:`Secrets` so that every message this package writes can be scrubbed of them; an
-error names the variable, never its value.
+expanded at load from the process environment. Values expanded into ``env``, ``headers`` and
+``url`` (where tokens go) are kept in :class:`Secrets` so that every message this package writes
+can be scrubbed of them; ``args`` and ``cwd`` usually carry paths such as ``${HOME}``, which
+would only garble messages. An error names the variable, never its value.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def dsh_home(environ: Mapping[str, str] | None = None) -> Path:
     return Path(data) / "dsh"
 
 
-def _expand(value: str, where: str, environ: Mapping[str, str]) -> str:
+def _expand(value: str, where: str, environ: Mapping[str, str], *, secret: bool = False) -> str:
     def one(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         found = environ.get(name)
@@ -159,14 +160,15 @@ def _expand(value: str, where: str, environ: Mapping[str, str]) -> str:
             if default is None:
                 raise ConfigError(f"{where}: environment variable {name} is not set")
             return default
-        SECRETS.add(found)
+        if secret:
+            SECRETS.add(found)
         return found
 
     return _VAR.sub(one, value)
 
 
 def _expand_map(values: Mapping[str, str], where: str, environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: _expand(v, f"{where}.{k}", environ) for k, v in values.items()}
+    return {k: _expand(v, f"{where}.{k}", environ, secret=True) for k, v in values.items()}
 
 
 def _transport(declared: str | None, command: str | None, url: str | None, where: str) -> Transport:
@@ -206,7 +208,7 @@ def spec_from_config(
         args=tuple(_expand(a, f"{where}: args", env) for a in config.args),
         env=_expand_map(config.env, f"{where}: env", env),
         cwd=cwd,
-        url=_expand(config.url, f"{where}: url", env) if config.url else None,
+        url=_expand(config.url, f"{where}: url", env, secret=True) if config.url else None,
         headers=_expand_map(config.headers, f"{where}: headers", env),
         approval=config.approval,
         call_timeout_ms=config.tool_call_timeout_ms,
@@ -260,7 +262,7 @@ def _entry(name: str, raw: object, path: Path, environ: Mapping[str, str]) -> Se
         args=tuple(_expand(a, f"{where}: args", environ) for a in args),
         env=_expand_map(_str_map(raw.get("env"), f"{where}: env"), f"{where}: env", environ),
         cwd=expanded_cwd,
-        url=_expand(url, f"{where}: url", environ) if url else None,
+        url=_expand(url, f"{where}: url", environ, secret=True) if url else None,
         headers=_expand_map(
             _str_map(raw.get("headers"), f"{where}: headers"), f"{where}: headers", environ
         ),
