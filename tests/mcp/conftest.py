@@ -41,7 +41,8 @@ def stdio_server(tag: str, tmp: Path, **extra: Any) -> dict[str, Any]:
     """A ``.mcp.json`` entry running the test server over stdio."""
     env = {"MCP_TAG": tag, "MCP_PIDFILE": str(tmp / f"{tag}.pids"), "MCP_MARKER": str(tmp / f"{tag}.marker")}
     env.update(extra.pop("env", {}))
-    return {"command": sys.executable, "args": [str(SERVER)], "env": env, **extra}
+    # A loaded machine (the whole suite on 2 cores) can take far longer than 30 s to start one.
+    return {"command": sys.executable, "args": [str(SERVER)], "env": env, "startupTimeoutMs": 180_000, **extra}
 
 
 def write_mcp_json(folder: Path, servers: dict[str, Any]) -> Path:
@@ -91,7 +92,7 @@ class HttpServer:
             [sys.executable, str(SERVER), "--http", str(self.port)],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )
-        wait_for(self._up, 60, f"the HTTP MCP server on port {self.port}")
+        wait_for(self._up, 180, f"the HTTP MCP server on port {self.port}")
 
     def _up(self) -> bool:
         if self.proc.poll() is not None:

@@ -74,7 +74,7 @@ def tool_messages(body: dict[str, Any]) -> dict[str, str]:
     return {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"}
 
 
-def read_stderr_until(chat: Interactive, marker: str, timeout: float = 60) -> str:
+def read_stderr_until(chat: Interactive, marker: str, timeout: float = 180) -> str:
     """Read dsh's stderr (without blocking) until ``marker`` appears; returns what was read."""
     stream = chat.proc.stderr
     assert stream is not None
@@ -107,8 +107,9 @@ def test_stdio_and_http_tools_in_a_chat(
     write_mcp_json(
         workdir,
         {
-            "alpha": stdio_server("alpha", tmp_path, env={"TOKEN": "${MCP_TEST_TOKEN}"}, approval="trusted",
-                                  toolCallTimeoutMs=1500),
+            "alpha": stdio_server("alpha", tmp_path, env={"TOKEN": "${MCP_TEST_TOKEN}"}, approval="trusted"),
+            # A server of its own, so that the short timeout cannot hit the other calls.
+            "slow": stdio_server("slow", tmp_path, approval="trusted", toolCallTimeoutMs=1500),
             "beta": {"type": "http", "url": beta.url, "headers": {"Authorization": "Bearer ${MCP_TEST_TOKEN}"},
                      "approval": "trusted"},
         },
@@ -122,7 +123,7 @@ def test_stdio_and_http_tools_in_a_chat(
             ("c5", "mcp__beta__check_token", {}),
             ("c6", "mcp__alpha__fail", {}),
             ("c7", "mcp__beta__media", {}),
-            ("c8", "mcp__alpha__hang", {}),
+            ("c8", "mcp__slow__hang", {}),
         ),
         text("turn one done"),
         calls(("g1", "mcp__alpha__grow", {})),
@@ -131,12 +132,12 @@ def test_stdio_and_http_tools_in_a_chat(
     )
     chat = Interactive(chat_args(sse_server), workdir, **env(tmp_path))
     try:
-        chat.read_until("> ")
+        chat.read_until("> ", timeout=180)
         chat.send("first\n")
-        chat.read_until("turn one done")
+        chat.read_until("turn one done", timeout=120)
         chat.send("second\n")
-        chat.read_until("turn two done")
-        (alpha_pid, guard_pid), = pids(tmp_path / "alpha.pids")
+        chat.read_until("turn two done", timeout=120)
+        started = pids(tmp_path / "alpha.pids") + pids(tmp_path / "slow.pids")
         rc, out, err = chat.close()
     finally:
         if chat.proc.poll() is None:
@@ -164,8 +165,8 @@ def test_stdio_and_http_tools_in_a_chat(
         "before[image: image/png, 8 bytes; not shown: dsh cannot attach images yet]"
         "[resource link: file:///tmp/report.txt (report)]after"
     )
-    assert results["c8"] == 'Error: MCP tool "hang" on server "alpha" timed out after 1.5s'
-    wait_for(lambda: "cancelled" in (tmp_path / "alpha.marker").read_text(), 30, "the courtesy cancel")
+    assert results["c8"] == 'Error: MCP tool "hang" on server "slow" timed out after 1.5s'
+    wait_for(lambda: "cancelled" in (tmp_path / "slow.marker").read_text(), 60, "the courtesy cancel")
 
     # list_changed: the request after grow lists the new tool, once.
     fourth_names = [t["function"]["name"] for t in fourth["tools"]]
@@ -186,7 +187,8 @@ def test_stdio_and_http_tools_in_a_chat(
     assert "[tool result] alpha found cats" in out
 
     # Nothing left running, and the secret is nowhere.
-    wait_for(lambda: not alive(alpha_pid) and not alive(guard_pid), 10, "the stdio server to stop")
+    assert len(started) == 2
+    wait_for(lambda: not any(alive(p) for pair in started for p in pair), 10, "the stdio servers to stop")
     assert_secret_nowhere(workdir, out, err)
     assert_secret_nowhere(tmp_path / "home")
 
@@ -199,15 +201,15 @@ def test_server_killed_mid_session_recovers(sse_server: SSEServer, workdir: Path
     )
     chat = Interactive(chat_args(sse_server), workdir, **env(tmp_path))
     try:
-        chat.read_until("> ")
+        chat.read_until("> ", timeout=180)
         (old, old_guard), = pids(tmp_path / "alpha.pids")
         os.kill(old, signal.SIGKILL)
         # The guard exits with its server, dsh notices and starts a new one after 0.5 s.
-        wait_for(lambda: len(pids(tmp_path / "alpha.pids")) == 2, 60, "the server to be restarted")
+        wait_for(lambda: len(pids(tmp_path / "alpha.pids")) == 2, 180, "the server to be restarted")
         new, new_guard = pids(tmp_path / "alpha.pids")[1]
         err_seen = read_stderr_until(chat, 'mcp: server "alpha" reconnected')
         chat.send("go\n")
-        chat.read_until("recovered")
+        chat.read_until("recovered", timeout=120)
         rc, _out, _err = chat.close()
     finally:
         if chat.proc.poll() is None:
@@ -224,12 +226,12 @@ def test_ctrl_c_cancels_the_mcp_call(sse_server: SSEServer, workdir: Path, tmp_p
     sse_server.push(calls(("h1", "mcp__alpha__hang", {})), text("after cancel"))
     chat = Interactive(chat_args(sse_server), workdir, **env(tmp_path))
     try:
-        chat.read_until("> ")
+        chat.read_until("> ", timeout=180)
         chat.send("wait forever\n")
         marker = tmp_path / "alpha.marker"
-        wait_for(lambda: marker.exists() and "started" in marker.read_text(), 60, "the call to start")
+        wait_for(lambda: marker.exists() and "started" in marker.read_text(), 120, "the call to start")
         chat.proc.send_signal(signal.SIGINT)
-        wait_for(lambda: "cancelled" in marker.read_text(), 30, "the server to see the cancel")
+        wait_for(lambda: "cancelled" in marker.read_text(), 60, "the server to see the cancel")
         rc, _out, err = chat.close()
     finally:
         if chat.proc.poll() is None:
@@ -248,7 +250,7 @@ def test_kill_9_of_dsh_leaves_no_server(sse_server: SSEServer, workdir: Path, tm
     )
     chat = Interactive(chat_args(sse_server), workdir, **env(tmp_path))
     try:
-        chat.read_until("> ")  # discovery finished before the prompt
+        chat.read_until("> ", timeout=180)  # discovery finished before the prompt
         started = pids(tmp_path / "alpha.pids") + pids(tmp_path / "gamma.pids")
         assert len(started) == 2 and all(alive(p) for pair in started for p in pair)
         chat.proc.kill()
@@ -270,7 +272,7 @@ def test_servers_failing_to_start(sse_server: SSEServer, workdir: Path, tmp_path
         },
     )
     sse_server.push(calls(("a1", "mcp__alpha__search", {"q": "still works"})), text("fine"))
-    result = run_dsh(chat_args(sse_server), workdir, stdin="hi\n", **env(tmp_path))
+    result = run_dsh(chat_args(sse_server), workdir, stdin="hi\n", timeout=240, **env(tmp_path))
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 3, lines
@@ -286,7 +288,7 @@ def test_servers_failing_to_start(sse_server: SSEServer, workdir: Path, tmp_path
     assert not any(n.startswith(("mcp__missing", "mcp__refuses", "mcp__nohttp")) for n in names)
     assert_secret_nowhere(workdir, result.stdout, result.stderr)
 
-    listing = run_dsh(["mcp", "list"], workdir, **env(tmp_path))
+    listing = run_dsh(["mcp", "list"], workdir, timeout=240, **env(tmp_path))
     assert listing.returncode == 1
     assert "missing  stdio  failed: command not found: /nonexistent/mcp-server" in listing.stdout
     assert "alpha  stdio  connected" in listing.stdout
@@ -295,7 +297,7 @@ def test_servers_failing_to_start(sse_server: SSEServer, workdir: Path, tmp_path
 
     # failOnStartupError: the chat does not start, with one line and exit 2.
     write_mcp_json(workdir, {"missing": {"command": "/nonexistent/mcp-server", "failOnStartupError": True}})
-    fatal = run_dsh(chat_args(sse_server), workdir, stdin="hi\n", **env(tmp_path))
+    fatal = run_dsh(chat_args(sse_server), workdir, stdin="hi\n", timeout=240, **env(tmp_path))
     assert fatal.returncode == 2
     assert fatal.stderr.strip().count("\n") == 0
     assert 'mcp: server "missing" failed to start: command not found' in fatal.stderr

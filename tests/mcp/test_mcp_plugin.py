@@ -28,6 +28,7 @@ def stdio(name: str, tmp: Path, **extra: Any) -> PluginEntry:
         "command": sys.executable,
         "args": [str(SERVER)],
         "env": {"MCP_TAG": name, "MCP_PIDFILE": str(tmp / f"{name}.pids")},
+        "startupTimeoutMs": 180_000,
         **extra,
     }
     return PluginEntry(f"mcp-{name}", "mcp", config)
@@ -49,7 +50,7 @@ async def mounted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         await ctx.dispose()
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 60) -> None:
+async def until(predicate: Callable[[], bool], timeout: float = 180) -> None:
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(0.05)
@@ -94,7 +95,7 @@ async def test_stdio_server_killed_errors_while_down_then_recovers(mounted: Any,
 async def test_http_server_restarted_is_reconnected(mounted: Any, tmp_path: Path) -> None:
     first = HttpServer("web", tmp_path)
     try:
-        ctx = await mounted(PluginEntry("web", "mcp", {"serverName": "web", "url": first.url}))
+        ctx = await mounted(PluginEntry("web", "mcp", {"serverName": "web", "url": first.url, "startupTimeoutMs": 180_000}))
         assert await call(ctx, "mcp__web__search", q="a") == (False, "web found a")
         first.stop()
         failed, text = await call(ctx, "mcp__web__search", q="b")
@@ -132,7 +133,7 @@ async def test_spent_budget_is_a_clear_final_error(
     monkeypatch.setattr(mcp_client, "MAX_FAILURES", 2)
     web = HttpServer("web", tmp_path)
     try:
-        ctx = await mounted(PluginEntry("web", "mcp", {"serverName": "web", "url": web.url}))
+        ctx = await mounted(PluginEntry("web", "mcp", {"serverName": "web", "url": web.url, "startupTimeoutMs": 180_000}))
         web.stop()
         await call(ctx, "mcp__web__search", q="b")  # notices the server is gone
         conn = server(ctx, "web").connection

@@ -247,6 +247,9 @@ def _entry(name: str, raw: object, path: Path, environ: Mapping[str, str]) -> Se
     timeout = raw.get("toolCallTimeoutMs", DEFAULT_CALL_TIMEOUT_MS)
     if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
         raise ConfigError(f"{where}: toolCallTimeoutMs must be a positive integer")
+    startup = raw.get("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS)
+    if not isinstance(startup, int) or isinstance(startup, bool) or startup <= 0:
+        raise ConfigError(f"{where}: startupTimeoutMs must be a positive integer")
     fail = raw.get("failOnStartupError", False)
     if not isinstance(fail, bool):
         raise ConfigError(f"{where}: failOnStartupError must be true or false")
@@ -268,6 +271,7 @@ def _entry(name: str, raw: object, path: Path, environ: Mapping[str, str]) -> Se
         ),
         approval="trusted" if approval == "trusted" else "ask",
         call_timeout_ms=timeout,
+        startup_timeout_ms=startup,
         fail_on_startup_error=fail,
     )
 
