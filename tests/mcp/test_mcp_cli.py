@@ -44,3 +44,13 @@ def test_a_user_level_file_is_discovered(workdir: Path, tmp_path: Path) -> None:
     result = run_dsh(["mcp", "list"], workdir, DSH_HOME=str(home))
     assert result.returncode == 1
     assert f"gone  stdio  failed: command not found: /nonexistent/srv  (ask, {home}/mcp.json)" in result.stdout
+
+
+def test_a_server_that_never_answers_fails_at_its_startup_timeout(workdir: Path, tmp_path: Path) -> None:
+    (workdir / ".mcp.json").write_text(
+        json.dumps({"mcpServers": {"mute": {"command": "sleep", "args": ["600"], "startupTimeoutMs": 1000}}})
+    )
+    result = run_dsh(["mcp", "list"], workdir, timeout=120, DSH_HOME=str(tmp_path / "home"))
+    assert result.returncode == 1
+    assert "mute  stdio  failed: no answer to initialize and tools/list within 1s" in result.stdout
+    assert 'dsh: mcp: server "mute" failed to start: no answer to initialize and tools/list within 1s' in result.stderr

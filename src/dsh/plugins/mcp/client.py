@@ -100,7 +100,7 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, MCPError):
         text = exc.message
     elif isinstance(exc, TimeoutError):
-        text = "timed out"
+        text = str(exc) or "timed out"
     elif isinstance(exc, httpx2.ConnectError):
         text = "connection refused" if "refused" in str(exc).lower() else f"cannot connect: {exc}"
     elif isinstance(exc, FileNotFoundError):
@@ -137,8 +137,17 @@ class Connection:
     async def start(self) -> bool:
         """Connect and list tools; ``True`` when connected, ``False`` when the start failed."""
         self._task = asyncio.create_task(self._supervise(), name=f"mcp:{self.spec.name}")
+        # Whatever ends the supervisor (even a bug) must not leave the load waiting forever.
+        self._task.add_done_callback(self._supervisor_done)
         await self._started.wait()
         return self.status == "connected"
+
+    def _supervisor_done(self, task: asyncio.Task[None]) -> None:
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            self.status, self.reason = "failed", f"internal error: {describe(exc)}"
+            log.error('mcp: server "%s": %s', self.spec.name, self.reason)
+        self._started.set()
 
     async def close(self) -> None:
         """Stop the server (stdio: close stdin, then terminate its process group)."""
@@ -238,9 +247,13 @@ class Connection:
             pump = asyncio.create_task(self._pump(read, inner_send, lost))
             try:
                 async with ClientSession(inner_read, write, message_handler=self._on_message) as session:
-                    with anyio.fail_after(self.spec.startup_timeout_ms / 1000):
-                        await session.initialize()
-                        tools = await _list_tools(session)
+                    try:
+                        with anyio.fail_after(self.spec.startup_timeout_ms / 1000):
+                            await session.initialize()
+                            tools = await _list_tools(session)
+                    except TimeoutError:
+                        limit = _seconds(self.spec.startup_timeout_ms)
+                        raise TimeoutError(f"no answer to initialize and tools/list within {limit}") from None
                     if self._closing:
                         return
                     self._session = session
