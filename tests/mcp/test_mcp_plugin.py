@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dsh.plugins.mcp import client as mcp_client
+from dsh.plugins.mcp import supervision
 from dsh.plugins.mcp.plugin import Server, servers
 from dsh.runtime import Context
 from dsh.runtime.loader import LoadError, PluginEntry, load_plugins
@@ -107,6 +107,12 @@ async def test_http_server_restarted_is_reconnected(mounted: Any, tmp_path: Path
             await until(lambda: conn.status == "connected", 90)
             res = await call(ctx, "mcp__web__search", q="c")
             assert res == (False, "web found c"), (res, conn.status, conn.reason)
+            # Restarted between two calls: the server answers the old session with "Session
+            # not found", so it never ran the call; dsh reconnects and runs it once.
+            restarted.stop()
+            restarted = _restart_on(first.port, tmp_path)
+            assert await call(ctx, "mcp__web__search", q="d") == (False, "web found d")
+            assert conn.status == "connected"
         finally:
             restarted.stop()
     finally:
@@ -128,9 +134,9 @@ def _restart_on(port: int, tmp: Path) -> HttpServer:
 async def test_spent_budget_is_a_clear_final_error(
     mounted: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mcp_client, "BACKOFF_START_S", 0.01)
-    monkeypatch.setattr(mcp_client, "BACKOFF_MAX_S", 0.02)
-    monkeypatch.setattr(mcp_client, "MAX_FAILURES", 2)
+    monkeypatch.setattr(supervision, "BACKOFF_START_S", 0.01)
+    monkeypatch.setattr(supervision, "BACKOFF_MAX_S", 0.02)
+    monkeypatch.setattr(supervision, "MAX_FAILURES", 2)
     web = HttpServer("web", tmp_path)
     try:
         ctx = await mounted(PluginEntry("web", "mcp", {"serverName": "web", "url": web.url, "startupTimeoutMs": 180_000}))

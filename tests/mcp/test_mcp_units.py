@@ -13,7 +13,7 @@ from pathlib import Path
 import mcp_types as types
 import pytest
 
-from dsh.plugins.mcp.client import GUARD, MAX_FAILURES, Backoff, backoff_delay
+from dsh.plugins.mcp.client import GUARD
 from dsh.plugins.mcp.config import (
     SECRETS,
     Config,
@@ -24,6 +24,7 @@ from dsh.plugins.mcp.config import (
 )
 from dsh.plugins.mcp.naming import public_tool_name, valid_server_name
 from dsh.plugins.mcp.results import map_result
+from dsh.plugins.mcp.supervision import MAX_FAILURES, Backoff, backoff_delay
 from dsh.runtime.config import ConfigError, validate_config
 from tests.mcp.conftest import alive, wait_for
 

@@ -22,7 +22,6 @@ import logging
 import os
 import shutil
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Literal, TextIO
@@ -40,74 +39,22 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
-from dsh.plugins.mcp.config import SECRETS, ServerSpec, dsh_home
+from dsh.plugins.mcp import supervision
+from dsh.plugins.mcp.config import ServerSpec, dsh_home
+from dsh.plugins.mcp.supervision import Backoff, describe, leaf, seconds
 from dsh.runtime.abort import AbortSignal
 from dsh.tools.types import ToolError
 
-__all__ = ["Backoff", "Connection", "Status", "backoff_delay"]
+__all__ = ["Connection", "Status"]
 
 log = logging.getLogger("dsh.mcp")
 
-BACKOFF_START_S = 0.5
-BACKOFF_MAX_S = 30.0
-MAX_FAILURES = 10
-HEALTHY_AFTER_S = 60.0
 CLOSE_TIMEOUT_S = 10.0
 RESYNC_WAIT_S = 5.0
 _LIST_CHANGED = "notifications/tools/list_changed"
 GUARD = Path(__file__).with_name("_guard.py")
 
 Status = Literal["starting", "connected", "reconnecting", "failed", "closed"]
-
-
-def backoff_delay(failures: int) -> float:
-    """Seconds to wait before attempt ``failures + 1``: 0.5, 1, 2, ... capped at 30."""
-    return float(min(BACKOFF_START_S * 2 ** max(failures - 1, 0), BACKOFF_MAX_S))
-
-
-class Backoff:
-    """The reconnect budget: consecutive failures, reset after a healthy connection."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._since: float | None = None
-        self.failures = 0
-
-    def connected(self) -> None:
-        self._since = self._clock()
-
-    def lost(self) -> float | None:
-        """Record a lost connection or failed attempt; the delay before the next attempt, or
-        ``None`` once the budget is spent."""
-        if self._since is not None and self._clock() - self._since >= HEALTHY_AFTER_S:
-            self.failures = 0
-        self._since = None
-        self.failures += 1
-        if self.failures > MAX_FAILURES:
-            return None
-        return backoff_delay(self.failures)
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def describe(exc: BaseException) -> str:
-    """One scrubbed line for an exception (the first leaf of an exception group)."""
-    exc = _leaf(exc)
-    if isinstance(exc, MCPError):
-        text = exc.message
-    elif isinstance(exc, TimeoutError):
-        text = str(exc) or "timed out"
-    elif isinstance(exc, httpx2.ConnectError):
-        text = "connection refused" if "refused" in str(exc).lower() else f"cannot connect: {exc}"
-    elif isinstance(exc, FileNotFoundError):
-        text = f"command not found: {exc.filename or exc}"
-    else:
-        text = str(exc) or type(exc).__name__
-    return SECRETS.scrub(" ".join(text.split()))
 
 
 class Connection:
@@ -180,7 +127,7 @@ class Connection:
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     raise
                 reason = describe(exc)
-                if self.spec.transport == "stdio" and isinstance(_leaf(exc), MCPError):
+                if self.spec.transport == "stdio" and isinstance(leaf(exc), MCPError):
                     reason += f" (the server's stderr is in {_errlog_path(self.spec.name)})"
             finally:
                 self._session = None
@@ -196,7 +143,7 @@ class Connection:
             delay = self._backoff.lost()
             if delay is None:
                 self.status = "failed"
-                self.reason = f"gave up after {MAX_FAILURES} consecutive failures: {reason}"
+                self.reason = f"gave up after {supervision.MAX_FAILURES} consecutive failures: {reason}"
                 log.warning('mcp: server "%s" failed: %s', self.spec.name, self.reason)
                 return
             if self._was_up:
@@ -252,7 +199,7 @@ class Connection:
                             await session.initialize()
                             tools = await _list_tools(session)
                     except TimeoutError:
-                        limit = _seconds(self.spec.startup_timeout_ms)
+                        limit = seconds(self.spec.startup_timeout_ms)
                         raise TimeoutError(f"no answer to initialize and tools/list within {limit}") from None
                     if self._closing:
                         return
@@ -347,16 +294,17 @@ class Connection:
         if self.status == "reconnecting":
             return (
                 f'MCP server "{name}" is unavailable ({reason}); reconnecting '
-                f"(attempt {max(self._backoff.failures, 1)} of {MAX_FAILURES}). Try again shortly."
+                f"(attempt {max(self._backoff.failures, 1)} of {supervision.MAX_FAILURES}). Try again shortly."
             )
         if self.status == "failed":
             return f'MCP server "{name}" is unavailable: {reason}. Restart dsh to reconnect.'
         return f'MCP server "{name}" is not connected ({self.status}).'
 
     async def call(
-        self, raw_name: str, arguments: dict[str, object], signal: AbortSignal
+        self, raw_name: str, arguments: dict[str, object], signal: AbortSignal, *, retry: bool = True
     ) -> types.CallToolResult:
         """Call tool ``raw_name``; raises :class:`ToolError` with a model-visible reason."""
+        retry_on_new_session = False
         session = self._session
         if session is None or self.status != "connected":
             raise ToolError(self.unavailable())
@@ -378,7 +326,7 @@ class Connection:
             if exc.code == types.REQUEST_TIMEOUT:
                 raise ToolError(
                     f'MCP tool "{raw_name}" on server "{self.spec.name}" timed out after '
-                    f"{_seconds(self.spec.call_timeout_ms)}"
+                    f"{seconds(self.spec.call_timeout_ms)}"
                 ) from None
             if exc.code == types.CONNECTION_CLOSED:
                 self._mark_lost("the connection closed during a call")
@@ -386,7 +334,16 @@ class Connection:
                     f'MCP server "{self.spec.name}" disconnected during the call; reconnecting. '
                     "Try again shortly."
                 ) from None
-            raise ToolError(f'MCP server "{self.spec.name}": {describe(exc)}') from None
+            if not (self.spec.transport == "streamable-http" and _session_gone(exc)):
+                raise ToolError(f'MCP server "{self.spec.name}": {describe(exc)}') from None
+            # The server restarted and forgot our session, so it did not run this call: one
+            # retry on a new session is safe.
+            self._mark_lost("the server ended the session")
+            retry_on_new_session = retry
+            if not retry:
+                raise ToolError(
+                    f'MCP server "{self.spec.name}" ended the session; reconnecting. Try again shortly.'
+                ) from None
         except Exception as exc:
             # A transport failure (an HTTP server that went away): reconnect.
             reason = describe(exc)
@@ -397,6 +354,24 @@ class Connection:
             ) from None
         finally:
             remove()
+        assert retry_on_new_session
+        await self._reconnected(signal)
+        return await self.call(raw_name, arguments, signal, retry=False)
+
+    async def _reconnected(self, signal: AbortSignal) -> None:
+        """Wait until a reconnect started by a call succeeds, fails, or the call is cancelled."""
+        limit = self.spec.startup_timeout_ms / 1000 + supervision.BACKOFF_START_S + 1
+        deadline = asyncio.get_running_loop().time() + limit
+        await asyncio.sleep(0)
+        while self.status == "reconnecting" and not signal.aborted:
+            if asyncio.get_running_loop().time() > deadline:
+                return
+            await asyncio.sleep(0.02)
+
+
+def _session_gone(exc: MCPError) -> bool:
+    text = exc.message.lower()
+    return "session" in text and ("not found" in text or "terminated" in text)
 
 
 def _is_list_changed(item: SessionMessage) -> bool:
@@ -414,10 +389,6 @@ async def _list_tools(session: ClientSession) -> list[types.Tool]:
         cursor = page.next_cursor
         if not cursor:
             return tools
-
-
-def _seconds(ms: int) -> str:
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms / 1000:g}s"
 
 
 def _errlog_path(server: str) -> Path:
