@@ -1,11 +1,10 @@
 """The ``dsh`` command line: ``dsh chat``, ``dsh sessions`` and ``dsh mcp``.
 
 Owns argument parsing, the built-in default composition (``mock-echo`` or ``openai-llm``,
-``echo-tool``, MCP discovery (``mcp`` with ``discover: true``), ``time-context``, JSONL sessions under
-``./.sessions``, ``stdio-app``), choosing a
-session store for the ``sessions`` commands, and turning every error a person can cause into
-one line on stderr: exit 2 for usage and configuration errors, 1 for runtime failures, never a
-traceback unless ``--debug``.
+``echo-tool``, MCP discovery (``mcp`` with ``discover: true``), ``time-context``, JSONL sessions
+under ``./.sessions``, ``stdio-app``), choosing a session store for the ``sessions`` commands,
+and turning every error a person can cause into one line on stderr: exit 2 for usage and
+configuration errors, 1 for runtime failures, never a traceback unless ``--debug``.
 """
 
 from __future__ import annotations
