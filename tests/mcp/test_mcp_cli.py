@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.apps.conftest import run_dsh
 
 
@@ -46,6 +48,7 @@ def test_a_user_level_file_is_discovered(workdir: Path, tmp_path: Path) -> None:
     assert f"gone  stdio  failed: command not found: /nonexistent/srv  (ask, {home}/mcp.json)" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_fails_at_its_startup_timeout(workdir: Path, tmp_path: Path) -> None:
     (workdir / ".mcp.json").write_text(
         json.dumps({"mcpServers": {"mute": {"command": "sleep", "args": ["600"], "startupTimeoutMs": 1000}}})
