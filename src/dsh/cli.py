@@ -1,10 +1,10 @@
-"""The ``dsh`` command line: ``dsh chat`` and ``dsh sessions``.
+"""The ``dsh`` command line: ``dsh chat``, ``dsh sessions`` and ``dsh mcp``.
 
 Owns argument parsing, the built-in default composition (``mock-echo`` or ``openai-llm``,
-``echo-tool``, ``time-context``, JSONL sessions under ``./.sessions``, ``stdio-app``), choosing a
-session store for the ``sessions`` commands, and turning every error a person can cause into
-one line on stderr: exit 2 for usage and configuration errors, 1 for runtime failures, never a
-traceback unless ``--debug``.
+``echo-tool``, MCP discovery (``mcp`` with ``discover: true``), ``time-context``, JSONL sessions
+under ``./.sessions``, ``stdio-app``), choosing a session store for the ``sessions`` commands,
+and turning every error a person can cause into one line on stderr: exit 2 for usage and
+configuration errors, 1 for runtime failures, never a traceback unless ``--debug``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from dsh import _zones
-from dsh.apps import pipes
+from dsh.apps import mcp_cmd, pipes
 from dsh.apps import sessions as sessions_view
 from dsh.apps.escape import escape_controls
 from dsh.apps.store_check import StoreUnwritable
@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     for sub_parser in (listing, show, requests, remove, export, importing):
         _store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+    mcp_cmd.add_parser(commands, _Parser)
     return parser
 
 
@@ -169,6 +170,8 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
     return [
         llm,
         PluginEntry(id="echo-tool", name="echo-tool"),
+        # MCP servers of the project's .mcp.json and the user's mcp.json (none: nothing mounted).
+        PluginEntry(id="mcp", name="mcp", config={"discover": True}),
         PluginEntry(id="time-context", name="time-context"),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),
@@ -457,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(debug)
     try:
         args = build_parser().parse_args(argv)
-        runner = cmd_chat if args.command == "chat" else cmd_sessions
+        runner = {"chat": cmd_chat, "mcp": mcp_cmd.run}.get(args.command, cmd_sessions)
         try:
             status = asyncio.run(runner(args))
             sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit

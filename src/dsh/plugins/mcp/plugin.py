@@ -1,0 +1,179 @@
+"""The ``mcp`` plugin: MCP servers' tools registered on ``ctx.tools``.
+
+One entry describes one server (``serverName`` ...), or ``discover: true`` loads every server of
+the project and user ``.mcp.json`` files (see :mod:`.config`). ``apply`` connects to all of its
+servers concurrently and returns once each is connected or has failed, so discovery is complete
+before the first turn. A server that fails to start logs one warning line and contributes no
+tools, unless ``failOnStartupError`` makes the load fail.
+
+Each tool listing replaces the server's previous generation as a whole: the new set is checked
+first (a server listing one name twice is refused and the old set stays), then the old tools
+are unregistered and the new ones registered; were a public name taken by someone else, the
+generation is rolled back to nothing rather than left partial. Tools of a server whose
+``approval`` is not ``trusted`` carry ``needs_approval=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dsh.plugins.mcp.config import SECRETS, Config, ServerSpec, discover, spec_from_config
+from dsh.plugins.mcp.naming import public_tool_name
+from dsh.runtime.context import Context
+from dsh.tools.registry import ToolRegistry
+from dsh.tools.types import Tool, ToolCall, ToolResult, define_tool
+
+if TYPE_CHECKING:
+    # The SDK takes seconds to import on a busy machine: only load it when a server is mounted.
+    import mcp_types as types
+
+    from dsh.plugins.mcp.client import Connection
+
+__all__ = ["Config", "Server", "apply", "inject", "name", "servers"]
+
+name = "mcp"
+inject = ["tools"]
+
+log = logging.getLogger("dsh.mcp")
+
+# Live servers per tool registry: server names are unique among them, and ``dsh mcp list`` /
+# status lines read them from here.
+_LIVE: weakref.WeakKeyDictionary[ToolRegistry, dict[str, Server]] = weakref.WeakKeyDictionary()
+
+
+def servers(registry: ToolRegistry) -> list[Server]:
+    """The servers mounted on ``registry``, in load order."""
+    return list(_LIVE.get(registry, {}).values())
+
+
+@dataclass
+class Server:
+    """One mounted server: its spec, its connection and its registered tools."""
+
+    spec: ServerSpec
+    registry: ToolRegistry
+    connection: Connection = field(init=False)
+    public_names: dict[str, str] = field(default_factory=dict)  # public name -> raw name
+    _unregister: list[Callable[[], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from dsh.plugins.mcp.client import Connection
+
+        self.connection = Connection(self.spec, self.replace_tools)
+
+    def replace_tools(self, listing: list[types.Tool]) -> None:
+        """Swap in a new generation of this server's tools (see the module docstring)."""
+        built: dict[str, Tool] = {}
+        for item in listing:
+            public = public_tool_name(self.spec.name, item.name)
+            if public in built:
+                log.error(
+                    'mcp: server "%s" listed tool "%s" more than once; keeping its previous tools',
+                    self.spec.name,
+                    item.name,
+                )
+                return
+            built[public] = self._tool(public, item)
+        self._drop_tools()
+        try:
+            for tool in built.values():
+                self._unregister.append(self.registry.register(tool))
+        except ValueError as exc:
+            self._drop_tools()
+            log.error('mcp: server "%s": %s; none of its tools are registered', self.spec.name, exc)
+            return
+        self.public_names = {public: item.name for public, item in zip(built, listing, strict=True)}
+
+    def _drop_tools(self) -> None:
+        for unregister in self._unregister:
+            unregister()
+        self._unregister.clear()
+        self.public_names = {}
+
+    def _tool(self, public: str, item: types.Tool) -> Tool:
+        raw, connection = item.name, self.connection
+
+        from dsh.plugins.mcp.results import map_result
+
+        async def execute(args: Any, call: ToolCall) -> ToolResult:
+            # A model may send a bare string or null: the server then reports what it needs.
+            arguments = args if isinstance(args, dict) else {}
+            return map_result(raw, await connection.call(raw, arguments, call.signal))
+
+        schema = item.input_schema if isinstance(item.input_schema, dict) else {}
+        return define_tool(
+            name=public,
+            description=item.description or "",
+            parameters=schema or {"type": "object", "properties": {}},
+            execute=execute,
+            needs_approval=self.spec.needs_approval,
+        )
+
+    async def close(self) -> None:
+        self._drop_tools()
+        await self.connection.close()
+        live = _LIVE.get(self.registry)
+        if live is not None and live.get(self.spec.name) is self:
+            del live[self.spec.name]
+
+
+def _specs(config: Config) -> list[ServerSpec]:
+    if config.discover:
+        return discover(project_file=config.project_file, user_file=config.user_file)
+    return [spec_from_config(config, source="plugin config")]
+
+
+async def apply(ctx: Context, config: Config) -> None:
+    """Connect this entry's servers and register their tools until the entry is disposed."""
+    registry: ToolRegistry = ctx.tools
+    live = _LIVE.setdefault(registry, {})
+    mounted: list[Server] = []
+    for spec in _specs(config):
+        if spec.name in live or any(s.spec.name == spec.name for s in mounted):
+            if config.discover:
+                log.warning('mcp: server "%s" from %s is already mounted; skipped', spec.name, spec.source)
+                continue
+            raise ValueError(f'mcp: serverName "{spec.name}" is already used by another entry')
+        mounted.append(Server(spec, registry))
+    for server in mounted:
+        live[server.spec.name] = server
+
+    async def close_all() -> None:
+        await asyncio.gather(*(s.close() for s in mounted), return_exceptions=True)
+
+    try:
+        started = await asyncio.gather(*(s.connection.start() for s in mounted))
+    except BaseException:
+        await close_all()
+        raise
+    failed = [s for s, ok in zip(mounted, started, strict=True) if not ok]
+    fatal = [s for s in failed if s.spec.fail_on_startup_error]
+    if fatal:
+        await close_all()
+        first = fatal[0]
+        raise RuntimeError(
+            f'mcp: server "{first.spec.name}" failed to start: {first.connection.reason}'
+        )
+    for server in failed:
+        log.warning(
+            'mcp: server "%s" failed to start: %s; continuing without its tools',
+            server.spec.name,
+            SECRETS.scrub(server.connection.reason or "unknown error"),
+        )
+    ctx.defer(close_all)
+
+
+def status_line(server: Server) -> str:
+    """``connected``, ``reconnecting: <reason>``, ``failed: <reason>`` ..."""
+    conn = server.connection
+    if conn.status == "connected":
+        return "connected"
+    return f"{conn.status}: {SECRETS.scrub(conn.reason or 'unknown')}" if conn.reason else conn.status
+
+
+__all__ += ["status_line"]
