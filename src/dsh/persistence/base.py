@@ -52,6 +52,20 @@ class AppendSeqMismatch(StoreError):
     """``append`` whose first seq is not the stored next seq (a racing or confused writer)."""
 
 
+class SessionModified(AppendSeqMismatch):
+    """The log changed under a writer that holds its lock: another program wrote to it.
+
+    The writer stops writing that session (every later append raises this again) and leaves
+    the log exactly as the other program left it.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f'session "{session_id}" was modified by another program; dsh stopped writing to it'
+        )
+        self.session_id = session_id
+
+
 class UnsupportedVersion(StoreError):
     """A session header (or a database schema) written by a format this build cannot read."""
 

@@ -52,6 +52,7 @@ from dsh.persistence.base import (
     SessionExists,
     SessionInfo,
     SessionLocked,
+    SessionModified,
     SessionNotFound,
     SessionStore,
     StoredSession,
@@ -83,6 +84,8 @@ __all__ = [
 _HEADER_OPTIONALS = (("cwd", str), ("parentSession", str), ("seedLength", int))
 _EVENT_DECODER = msgspec.json.Decoder(Event)
 _NEG_ZERO_HINTS = (b":-0", b",-0", b"[-0")
+_TAIL_BYTES = 256
+"""How many of its last bytes a writer reads back before each append (see ``_check_unchanged``)."""
 
 
 # -- header ----------------------------------------------------------------------------------
@@ -423,7 +426,11 @@ class _OpenLog:
     count: int = 0
     size: int = 0
     fd: int | None = None  # None until materialised
-    broken: str | None = None
+    broken: StoreError | None = None
+    identity: tuple[int, int] = (0, 0)
+    """``(st_dev, st_ino)`` of the file this writer appends to."""
+    tail: bytes = b""
+    """The last bytes this writer wrote (or found) at the end of the file."""
 
 
 @dataclass
@@ -506,7 +513,7 @@ class JsonlStore(SessionStore):
         if entry is None:
             raise StoreError(f'session "{session_id}" is not open in this backend')
         if entry.broken is not None:
-            raise StoreError(entry.broken)
+            raise entry.broken.with_traceback(None)
         lines = encode_event_lines(session_id, events, entry.count)
         if not lines:
             return
@@ -514,8 +521,34 @@ class JsonlStore(SessionStore):
         if entry.fd is None:
             self._materialise(entry, payload)
         else:
+            self._check_unchanged(session_id, entry)
             self._append_bytes(entry, payload, sync=sync)
         entry.count += len(lines)
+
+    def _check_unchanged(self, session_id: str, entry: _OpenLog) -> None:
+        """Refuse to append unless the file is exactly as this writer left it.
+
+        The writer lock only keeps other dsh processes out; another program (the reference
+        harness resuming the same session, an editor) can still write. Appending after it would
+        leave a log neither can load, so the session stops being written and the file is left
+        alone. Checked: the path still names our inode, its size is the size we left, and its
+        last bytes are the ones we wrote (one ``fstat``, one ``stat``, one small ``pread``).
+        """
+        assert entry.fd is not None
+        try:
+            here = os.fstat(entry.fd)
+            there = os.stat(entry.path)
+            same = (
+                here.st_size == entry.size
+                and (here.st_dev, here.st_ino) == entry.identity
+                and (there.st_dev, there.st_ino) == entry.identity
+                and os.pread(entry.fd, len(entry.tail), entry.size - len(entry.tail)) == entry.tail
+            )
+        except FileNotFoundError:
+            same = False
+        if not same:
+            entry.broken = SessionModified(session_id)
+            raise entry.broken
 
     def _materialise(self, entry: _OpenLog, payload: bytes) -> None:
         directory = os.path.dirname(entry.path)
@@ -523,7 +556,8 @@ class JsonlStore(SessionStore):
         _remove_stale_temps(entry.path)
         temp = f"{entry.path}.{secrets.token_hex(6)}.tmp"
         data = entry.header_line + b"\n" + payload
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        # Read-write: the foreign-writer check reads back the last bytes written.
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
         published = False
         try:
             os.fchmod(fd, 0o600)
@@ -547,6 +581,9 @@ class JsonlStore(SessionStore):
         _unlink_quietly(temp)
         entry.fd = fd  # O_APPEND on the published inode: later appends go through it
         entry.size = len(data)
+        stat = os.fstat(fd)
+        entry.identity = (stat.st_dev, stat.st_ino)
+        entry.tail = data[-_TAIL_BYTES:]
 
     def _append_bytes(self, entry: _OpenLog, payload: bytes, *, sync: bool) -> None:
         assert entry.fd is not None
@@ -560,12 +597,17 @@ class JsonlStore(SessionStore):
                 os.ftruncate(entry.fd, before)
                 os.fsync(entry.fd)
             except OSError as exc:
-                entry.broken = (
+                entry.broken = StoreError(
                     f"session log {entry.path} is in an unknown state after a failed append "
                     f"({exc}); load it again"
                 )
             raise
         entry.size = before + len(payload)
+        entry.tail = (
+            payload[-_TAIL_BYTES:]
+            if len(payload) >= _TAIL_BYTES
+            else (entry.tail + payload)[-_TAIL_BYTES:]
+        )
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -599,7 +641,7 @@ class JsonlStore(SessionStore):
             path = self._find_one(session_id)  # again under the lock
             parsed = self._parse(path, session_id, repair=True)
             _remove_stale_temps(path)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
             try:
                 size = parsed.kept_end
                 if parsed.size > size:
@@ -614,6 +656,8 @@ class JsonlStore(SessionStore):
                         os.ftruncate(fd, size)
                         raise
                     size += len(payload)
+                stat = os.fstat(fd)
+                tail = os.pread(fd, min(size, _TAIL_BYTES), max(0, size - _TAIL_BYTES))
             except BaseException:
                 os.close(fd)
                 raise
@@ -629,6 +673,8 @@ class JsonlStore(SessionStore):
             count=len(events),
             size=size,
             fd=fd,
+            identity=(stat.st_dev, stat.st_ino),
+            tail=tail,
         )
         return StoredSession(
             header=parsed.header,

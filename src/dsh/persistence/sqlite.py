@@ -32,6 +32,7 @@ from dsh.persistence.base import (
     SessionExists,
     SessionInfo,
     SessionLocked,
+    SessionModified,
     SessionNotFound,
     SessionStore,
     StoredSession,
@@ -87,6 +88,9 @@ class _OpenSession:
     lock: WriterLock
     count: int = 0
     materialised: bool = False
+    last_line: str | None = None
+    """The line of seq ``count - 1`` as this writer wrote or loaded it."""
+    broken: SessionModified | None = None
 
 
 @dataclass
@@ -192,6 +196,8 @@ class SqliteStore(SessionStore):
         entry = self._open.get(session_id)
         if entry is None:
             raise StoreError(f'session "{session_id}" is not open in this backend')
+        if entry.broken is not None:
+            raise entry.broken.with_traceback(None)
         lines = encode_event_lines(session_id, events, entry.count)
         if not lines:
             return
@@ -222,6 +228,8 @@ class SqliteStore(SessionStore):
                         f'session "{session_id}" already has a persisted log on disk; '
                         "load/resume it instead of creating"
                     ) from None
+            else:
+                self._check_unchanged(db, session_id, entry)
             db.executemany(
                 "INSERT INTO events(session_id, seq, type, time, data, source_event_seqs, "
                 "surface_op, line) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -234,6 +242,24 @@ class SqliteStore(SessionStore):
             raise
         entry.materialised = True
         entry.count += len(lines)
+        entry.last_line = rows[-1][-1]
+
+    @staticmethod
+    def _check_unchanged(db: sqlite3.Connection, session_id: str, entry: _OpenSession) -> None:
+        """Refuse to append unless the session's rows end where this writer left them.
+
+        Run inside the append's write transaction: the newest row must be seq ``count - 1``
+        holding the line this writer wrote (one primary-key lookup). Anything else means
+        another program wrote rows; the session stops being written and is left alone.
+        """
+        last = db.execute(
+            "SELECT seq, line FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        expected = None if entry.count == 0 else (entry.count - 1, entry.last_line)
+        if (None if last is None else tuple(last)) != expected:
+            entry.broken = SessionModified(session_id)
+            raise entry.broken
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -316,8 +342,12 @@ class SqliteStore(SessionStore):
             lock.release()
             raise
         events = parsed.events + parsed.closers if parsed.closers else parsed.events
+        last_line = (
+            encode_event(events[-1]).decode() if parsed.closers
+            else parsed.lines[-1].decode() if parsed.lines else None
+        )
         self._open[session_id] = _OpenSession(
-            parsed.header, lock, count=len(events), materialised=True
+            parsed.header, lock, count=len(events), materialised=True, last_line=last_line
         )
         return StoredSession(
             header=parsed.header,
