@@ -79,7 +79,8 @@ class StoredSession:
     """A loaded session: its header mapping (``version, id, createdAt, cwd?, ...``) and events."""
 
     header: dict[str, Any]
-    events: list[Event]
+    events: Sequence[Event]
+    """Every event in seq order (a session resumed from a fold snapshot decodes them lazily)."""
     repaired: int = 0
     """How many crash-repair closers ``load`` appended."""
     truncated_bytes: int = 0
@@ -92,7 +93,7 @@ class StoredSession:
         """The session the store built, or one folded from :attr:`events` when it built none."""
         if self.session is not None:
             return self.session
-        return Session.restore(str(self.header["id"]), self.events, header=self.header)
+        return Session.restore(str(self.header["id"]), list(self.events), header=self.header)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,16 @@ from typing import Any
 import msgspec
 
 from dsh import _json
+from dsh.persistence._fold import (
+    MIN_EVENTS,
+    Fold,
+    digest,
+    fold_matches,
+    line_starts,
+    load_fold,
+    remove_fold,
+    write_fold,
+)
 from dsh.persistence._locks import WriterLock, acquire
 from dsh.persistence._paths import encode_session_id, ensure_private_dir
 from dsh.persistence.base import (
@@ -52,6 +63,7 @@ from dsh.persistence.jsonl import (
     scan_event_lines,
 )
 from dsh.session import Event, Session, encode_event
+from dsh.session.log import RawEvents
 
 __all__ = ["SCHEMA_VERSION", "Config", "SqliteStore", "apply", "inject", "name"]
 
@@ -96,13 +108,20 @@ class _OpenSession:
 @dataclass
 class _Parsed:
     header: dict[str, Any]
-    events: list[Event]
+    events: Sequence[Event]
+    """The preserved events, then the closers (when repairing)."""
     session: Session
     closers: list[Event]
     rows: int
     torn_bytes: int
-    header_line: bytes
+    prefix: bytes
+    """The header line and, when a snapshot was used, the lines it covers (newline-ended)."""
     lines: list[bytes]
+    """The preserved lines after ``prefix``."""
+    folded: int = 0
+    """How many events the snapshot covered (0: none was used)."""
+    starts: array[int] | None = None
+    """The snapshot's line starts, when one was used."""
 
 
 class SqliteStore(SessionStore):
@@ -113,6 +132,7 @@ class SqliteStore(SessionStore):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.path.expanduser(os.fspath(path)))
         self.lock_dir = self.path + ".locks"
+        self.fold_dir = self.path + ".folds"
         self._db: sqlite3.Connection | None = None
         self._open: dict[str, _OpenSession] = {}
 
@@ -275,18 +295,37 @@ class SqliteStore(SessionStore):
             raise SessionNotFound(session_id)
         db = self._conn()
         where = self._where(session_id)
+        fold_path = self._fold_path(session_id)
+        found = load_fold(fold_path)
+        hint = None if found is None else len(found[1]) - 1
+        prefix: bytes | None = None
         db.text_factory = bytes
         try:
-            db.execute("BEGIN")  # one snapshot for both reads
+            db.execute("BEGIN")  # one snapshot for every read
             try:
                 row = db.execute(
                     "SELECT header FROM sessions WHERE id = ?", (session_id,)
                 ).fetchone()
                 if row is None:
                     raise SessionNotFound(session_id)
+                first = 0
+                if hint is not None:
+                    # The rows a snapshot may cover, in one scan, as one text built inside
+                    # SQLite (no Python object per row); used only if their keys are exactly
+                    # 0..hint-1 (integers, unique by the primary key) and the text hashes to
+                    # the snapshot's key.
+                    covered = db.execute(
+                        "SELECT count(*), min(seq), max(seq), sum(typeof(seq) != 'integer'), "
+                        "group_concat(line, char(10)) FROM (SELECT seq, line FROM events "
+                        "WHERE session_id = ? AND seq < ? ORDER BY seq)",
+                        (session_id, hint),
+                    ).fetchone()
+                    if tuple(covered[:4]) == (hint, 0, hint - 1, 0):
+                        prefix = covered[4]
+                        first = hint
                 rows = db.execute(
-                    "SELECT seq, line FROM events WHERE session_id = ? ORDER BY seq",
-                    (session_id,),
+                    "SELECT seq, line FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
+                    (session_id, first),
                 ).fetchall()
             finally:
                 db.execute("COMMIT")
@@ -295,21 +334,115 @@ class SqliteStore(SessionStore):
         line_of_header: bytes = row[0]
         header = parse_header(line_of_header, where)
         check_header(header, session_id, where)
+        header_end = len(line_of_header) + 1
+        base: Session | None = None
+        log_prefix = line_of_header + b"\n"
+        if prefix is not None:
+            log_prefix += prefix + b"\n"
+            assert found is not None
+            fold, starts = found
+            if fold_matches(fold, starts, log_prefix, header_end):
+                base = Session.from_fold(
+                    session_id,
+                    RawEvents(log_prefix, starts),
+                    header=header,
+                    surface=fold.surface,
+                    messages=fold.messages,
+                    replace_generation=fold.replace_generation,
+                    last_turn=fold.last_turn,
+                    open_turn=None,
+                )
+            else:  # a stale snapshot: read every row, as without one
+                return self._parse_rows(
+                    db, session_id, line_of_header, header, [], where, repair=repair
+                )
+        return self._parse_rows(
+            db, session_id, line_of_header, header, rows, where, repair=repair,
+            base=base, log_prefix=log_prefix, starts=None if base is None else starts,
+        )
+
+    def _parse_rows(
+        self,
+        db: sqlite3.Connection,
+        session_id: str,
+        line_of_header: bytes,
+        header: dict[str, Any],
+        rows: list[Any],
+        where: str,
+        *,
+        repair: bool,
+        base: Session | None = None,
+        log_prefix: bytes = b"",
+        starts: array[int] | None = None,
+    ) -> _Parsed:
+        """Check ``rows`` (every row, or those after ``base``'s snapshot) as the JSONL store
+        checks lines."""
+        if base is None and not rows and log_prefix == b"":
+            db.text_factory = bytes
+            try:
+                rows = db.execute(
+                    "SELECT seq, line FROM events WHERE session_id = ? ORDER BY seq",
+                    (session_id,),
+                ).fetchall()
+            finally:
+                db.text_factory = str
+        first = 0 if base is None else len(base)
         lines: list[bytes] = [line for _, line in rows]
         with gc_paused():
-            events = scan_event_lines(lines, where, _row_number)
+            events = scan_event_lines(lines, where, _row_number, first=first)
             for index, event in enumerate(events):
                 if rows[index][0] != event.seq:  # the key column disagrees with the line
                     raise corrupt(
-                        where, f"row {index + 1} is keyed seq {rows[index][0]} but its line holds seq {event.seq}"
+                        where,
+                        f"row {first + index + 1} is keyed seq {rows[index][0]} "
+                        f"but its line holds seq {event.seq}",
                     )
             session, closers = restore_log(
-                session_id, header, events, where, repair=repair, position=_row_number
+                session_id, header, events, where, repair=repair, position=_row_number, base=base
             )
         torn = sum(len(line) for line in lines[len(events) :])
+        kept = lines[: len(events)]
+        prefix = log_prefix if base is not None else line_of_header + b"\n"
         return _Parsed(
-            header, events, session, closers, len(rows), torn, line_of_header, lines[: len(events)]
+            header,
+            session.events if base is not None else (events + closers if closers else events),
+            session,
+            closers,
+            first + len(rows),
+            torn,
+            prefix,
+            kept,
+            first,
+            starts,
         )
+
+    def _fold_path(self, session_id: str) -> str:
+        return os.path.join(self.fold_dir, encode_session_id(session_id) + ".fold")
+
+    def _refresh_fold(self, session_id: str, parsed: _Parsed) -> None:
+        """Write a snapshot of the loaded session (see the JSONL store's ``_refresh_fold``)."""
+        session = parsed.session
+        count = len(session)
+        if count < MIN_EVENTS or count - parsed.folded < 64:
+            return
+        if session.events[count - 1].type != "turn/end":
+            return
+        lines = parsed.lines + [encode_event(event) for event in parsed.closers]
+        log = parsed.prefix + b"".join(line + b"\n" for line in lines)
+        if parsed.starts is not None:
+            starts = parsed.starts[:-1] + line_starts(parsed.starts[-1], lines)
+        else:
+            starts = line_starts(len(parsed.prefix), lines)
+        surface, messages, generation, last_turn, open_turn = session.fold_state()
+        assert open_turn is None and len(starts) == count + 1 and starts[-1] == len(log)
+        try:
+            ensure_private_dir(self.fold_dir)
+        except OSError:
+            return
+        fold = Fold(
+            len(log), digest(log), starts.tobytes(), surface, messages, generation, last_turn
+        )
+        write_fold(self._fold_path(session_id), fold)
 
     async def load(self, session_id: str) -> StoredSession:
         if session_id in self._open:
@@ -321,7 +454,7 @@ class SqliteStore(SessionStore):
         lock = acquire(self.lock_dir, session_id)
         try:
             parsed = self._parse(session_id, repair=True)
-            kept = len(parsed.events)
+            kept = len(parsed.events) - len(parsed.closers)
             if parsed.rows > kept or parsed.closers:
                 db.execute("BEGIN IMMEDIATE")
                 try:
@@ -341,10 +474,13 @@ class SqliteStore(SessionStore):
         except BaseException:
             lock.release()
             raise
-        events = parsed.events + parsed.closers if parsed.closers else parsed.events
+        self._refresh_fold(session_id, parsed)
+        events = parsed.events
         last_line = (
             encode_event(events[-1]).decode() if parsed.closers
-            else parsed.lines[-1].decode() if parsed.lines else None
+            else parsed.lines[-1].decode() if parsed.lines
+            else encode_event(events[-1]).decode() if events
+            else None
         )
         self._open[session_id] = _OpenSession(
             parsed.header, lock, count=len(events), materialised=True, last_line=last_line
@@ -363,7 +499,7 @@ class SqliteStore(SessionStore):
 
     async def export(self, session_id: str) -> bytes:
         parsed = self._parse(session_id, repair=False)
-        return b"".join(line + b"\n" for line in [parsed.header_line, *parsed.lines])
+        return parsed.prefix + b"".join(line + b"\n" for line in parsed.lines)
 
     async def list(self, *, limit: int | None = None, offset: int = 0) -> list[SessionInfo]:
         if not os.path.exists(self.path) and self._db is None:
@@ -402,6 +538,7 @@ class SqliteStore(SessionStore):
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+            remove_fold(self._fold_path(session_id))
             if not gone:
                 raise SessionNotFound(session_id)
         finally:
