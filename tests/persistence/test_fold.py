@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_support import make_session, open_tool_turn, persist
+from store_support import closed_turn, make_session, open_tool_turn, persist
 
 from dsh.persistence._fold import MIN_EVENTS
 from dsh.persistence.base import SessionStore, StoreError
@@ -110,8 +110,6 @@ async def test_resume_from_a_snapshot_is_the_same_session(kind: str, tmp_path: P
     # Appends after a snapshot resume are checked and stored as usual; a later resume replays
     # the tail after the snapshot and refreshes it.
     for text in ("after", "the snapshot"):
-        from store_support import closed_turn
-
         before = len(live)
         closed_turn(live, text)
         await store.append("big", list(live.events)[before:])
@@ -187,7 +185,7 @@ async def test_log_damage_inside_the_prefix_is_found_as_without_a_snapshot(
         elif damage == "seq-gap":
             del lines[100]
         else:
-            lines = lines[: len(lines) // 2] + [lines[len(lines) // 2][:10]]
+            lines = [*lines[:len(lines) // 2], lines[len(lines) // 2][:10]]
         log.write_bytes(b"\n".join(lines))
     else:
         with sqlite3.connect(where / "db" / "sessions.sqlite") as db:
