@@ -31,6 +31,7 @@ __all__ = [
     "MIN_EVENTS",
     "Fold",
     "digest",
+    "digest_parts",
     "fold_matches",
     "line_starts",
     "load_fold",
@@ -66,6 +67,14 @@ _decoder = msgspec.msgpack.Decoder(Fold)
 def digest(data: bytes | memoryview) -> bytes:
     """The key of a byte prefix (SHA-1: a cache key against accidents, not an adversary)."""
     return hashlib.sha1(data, usedforsecurity=False).digest()
+
+
+def digest_parts(*parts: bytes) -> bytes:
+    """:func:`digest` of the concatenation of ``parts`` (without building it)."""
+    key = hashlib.sha1(usedforsecurity=False)
+    for part in parts:
+        key.update(part)
+    return key.digest()
 
 
 def line_starts(first: int, lines: list[bytes]) -> array[int]:

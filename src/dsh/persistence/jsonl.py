@@ -688,7 +688,7 @@ class JsonlStore(SessionStore):
             )
             base = Session.from_fold(
                 session_id,
-                RawEvents(raw, starts),
+                RawEvents([raw], starts),
                 header=header,
                 surface=fold.surface,
                 messages=fold.messages,

@@ -30,8 +30,7 @@ from dsh import _json
 from dsh.persistence._fold import (
     MIN_EVENTS,
     Fold,
-    digest,
-    fold_matches,
+    digest_parts,
     line_starts,
     load_fold,
     remove_fold,
@@ -114,7 +113,7 @@ class _Parsed:
     closers: list[Event]
     rows: int
     torn_bytes: int
-    prefix: bytes
+    prefix: list[bytes]
     """The header line and, when a snapshot was used, the lines it covers (newline-ended)."""
     lines: list[bytes]
     """The preserved lines after ``prefix``."""
@@ -298,7 +297,7 @@ class SqliteStore(SessionStore):
         fold_path = self._fold_path(session_id)
         found = load_fold(fold_path)
         hint = None if found is None else len(found[1]) - 1
-        prefix: bytes | None = None
+        chunks: list[bytes] | None = None
         db.text_factory = bytes
         try:
             db.execute("BEGIN")  # one snapshot for every read
@@ -310,18 +309,8 @@ class SqliteStore(SessionStore):
                     raise SessionNotFound(session_id)
                 first = 0
                 if hint is not None:
-                    # The rows a snapshot may cover, in one scan, as one text built inside
-                    # SQLite (no Python object per row); used only if their keys are exactly
-                    # 0..hint-1 (integers, unique by the primary key) and the text hashes to
-                    # the snapshot's key.
-                    covered = db.execute(
-                        "SELECT count(*), min(seq), max(seq), sum(typeof(seq) != 'integer'), "
-                        "group_concat(line, char(10)) FROM (SELECT seq, line FROM events "
-                        "WHERE session_id = ? AND seq < ? ORDER BY seq)",
-                        (session_id, hint),
-                    ).fetchone()
-                    if tuple(covered[:4]) == (hint, 0, hint - 1, 0):
-                        prefix = covered[4]
+                    chunks = _covered_lines(db, session_id, hint)
+                    if chunks is not None:
                         first = hint
                 rows = db.execute(
                     "SELECT seq, line FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
@@ -336,15 +325,22 @@ class SqliteStore(SessionStore):
         check_header(header, session_id, where)
         header_end = len(line_of_header) + 1
         base: Session | None = None
-        log_prefix = line_of_header + b"\n"
-        if prefix is not None:
-            log_prefix += prefix + b"\n"
+        parts = [line_of_header + b"\n"]
+        if chunks is not None:
             assert found is not None
             fold, starts = found
-            if fold_matches(fold, starts, log_prefix, header_end):
+            bases = _chunk_bases(header_end, chunks)
+            key = digest_parts(parts[0], *(piece for chunk in chunks for piece in (chunk, b"\n")))
+            if (
+                starts[0] == header_end
+                and fold.size == bases[-1]
+                and all(starts[k * _CHUNK] == at for k, at in enumerate(bases[:-1]))
+                and key == fold.digest
+            ):
+                parts.extend(piece for chunk in chunks for piece in (chunk, b"\n"))
                 base = Session.from_fold(
                     session_id,
-                    RawEvents(log_prefix, starts),
+                    RawEvents(chunks, starts, per=_CHUNK, bases=bases[:-1]),
                     header=header,
                     surface=fold.surface,
                     messages=fold.messages,
@@ -358,7 +354,7 @@ class SqliteStore(SessionStore):
                 )
         return self._parse_rows(
             db, session_id, line_of_header, header, rows, where, repair=repair,
-            base=base, log_prefix=log_prefix, starts=None if base is None else starts,
+            base=base, parts=parts, starts=None if base is None else starts,
         )
 
     def _parse_rows(
@@ -372,12 +368,12 @@ class SqliteStore(SessionStore):
         *,
         repair: bool,
         base: Session | None = None,
-        log_prefix: bytes = b"",
+        parts: list[bytes] | None = None,
         starts: array[int] | None = None,
     ) -> _Parsed:
         """Check ``rows`` (every row, or those after ``base``'s snapshot) as the JSONL store
         checks lines."""
-        if base is None and not rows and log_prefix == b"":
+        if parts is None:
             db.text_factory = bytes
             try:
                 rows = db.execute(
@@ -402,7 +398,7 @@ class SqliteStore(SessionStore):
             )
         torn = sum(len(line) for line in lines[len(events) :])
         kept = lines[: len(events)]
-        prefix = log_prefix if base is not None else line_of_header + b"\n"
+        prefix = parts if parts is not None else [line_of_header + b"\n"]
         return _Parsed(
             header,
             session.events if base is not None else (events + closers if closers else events),
@@ -428,20 +424,18 @@ class SqliteStore(SessionStore):
         if session.events[count - 1].type != "turn/end":
             return
         lines = parsed.lines + [encode_event(event) for event in parsed.closers]
-        log = parsed.prefix + b"".join(line + b"\n" for line in lines)
         if parsed.starts is not None:
             starts = parsed.starts[:-1] + line_starts(parsed.starts[-1], lines)
         else:
-            starts = line_starts(len(parsed.prefix), lines)
+            starts = line_starts(len(parsed.prefix[0]), lines)
+        key = digest_parts(*parsed.prefix, *(piece for line in lines for piece in (line, b"\n")))
         surface, messages, generation, last_turn, open_turn = session.fold_state()
-        assert open_turn is None and len(starts) == count + 1 and starts[-1] == len(log)
+        assert open_turn is None and len(starts) == count + 1
         try:
             ensure_private_dir(self.fold_dir)
         except OSError:
             return
-        fold = Fold(
-            len(log), digest(log), starts.tobytes(), surface, messages, generation, last_turn
-        )
+        fold = Fold(starts[-1], key, starts.tobytes(), surface, messages, generation, last_turn)
         write_fold(self._fold_path(session_id), fold)
 
     async def load(self, session_id: str) -> StoredSession:
@@ -499,7 +493,7 @@ class SqliteStore(SessionStore):
 
     async def export(self, session_id: str) -> bytes:
         parsed = self._parse(session_id, repair=False)
-        return parsed.prefix + b"".join(line + b"\n" for line in parsed.lines)
+        return b"".join([*parsed.prefix, *(line + b"\n" for line in parsed.lines)])
 
     async def list(self, *, limit: int | None = None, offset: int = 0) -> list[SessionInfo]:
         if not os.path.exists(self.path) and self._db is None:
@@ -561,6 +555,37 @@ class SqliteStore(SessionStore):
         if self._db is not None:
             db, self._db = self._db, None
             db.close()
+
+
+_CHUNK = 8192
+"""Rows fetched per ``group_concat`` when resuming from a snapshot (bounds the extra memory)."""
+
+
+def _covered_lines(db: sqlite3.Connection, session_id: str, count: int) -> list[bytes] | None:
+    """The lines of rows ``0..count-1`` as a few newline-joined texts built inside SQLite (no
+    Python object per row), or ``None`` unless their keys are exactly ``0..count-1`` (integers,
+    unique by the primary key). Run inside the caller's read transaction."""
+    chunks: list[bytes] = []
+    for low in range(0, count, _CHUNK):
+        high = min(low + _CHUNK, count)
+        covered = db.execute(
+            "SELECT count(*), min(seq), max(seq), sum(typeof(seq) != 'integer'), "
+            "group_concat(line, char(10)) FROM (SELECT seq, line FROM events "
+            "WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq)",
+            (session_id, low, high),
+        ).fetchone()
+        if tuple(covered[:4]) != (high - low, low, high - 1, 0):
+            return None
+        chunks.append(covered[4])
+    return chunks
+
+
+def _chunk_bases(header_end: int, chunks: list[bytes]) -> list[int]:
+    """Where each chunk starts in the log, then where the last one ends (its newline included)."""
+    bases = [header_end]
+    for chunk in chunks:
+        bases.append(bases[-1] + len(chunk) + 1)
+    return bases
 
 
 def _row_number(index: int) -> tuple[str, str]:

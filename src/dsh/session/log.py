@@ -48,24 +48,40 @@ IndexT = TypeVar("IndexT", bound=SessionIndex)
 
 
 class RawEvents:
-    """Validated event lines not decoded yet: line ``i`` is ``data[starts[i]:starts[i+1]-1]``.
+    """Validated event lines not decoded yet, held as a few large byte strings.
+
+    ``starts[i]`` is where line ``i`` starts in the log (``starts[-1]`` is where the last one
+    ends, plus its newline). The log's bytes are ``chunks``: chunk ``k`` holds lines
+    ``k * per`` up to ``(k + 1) * per`` and starts at log offset ``starts[k * per]`` (a JSONL
+    store passes the whole file as one chunk starting at 0 and ``per`` past the end).
 
     A store builds it over bytes it has already checked (a fold snapshot's prefix), so decoding
     a line here cannot fail on anything the load contract checks.
     """
 
-    __slots__ = ("data", "starts")
+    __slots__ = ("bases", "chunks", "per", "starts")
 
-    def __init__(self, data: bytes, starts: array[int]) -> None:
-        self.data = data
+    def __init__(
+        self,
+        chunks: list[bytes],
+        starts: array[int],
+        *,
+        per: int | None = None,
+        bases: list[int] | None = None,
+    ) -> None:
+        self.chunks = chunks
         self.starts = starts
+        self.per = per if per is not None else len(starts)
+        self.bases = bases if bases is not None else [0]
 
     def __len__(self) -> int:
         return len(self.starts) - 1
 
     def decode(self, index: int) -> Event:
         starts = self.starts
-        return decode_event(self.data[starts[index] : starts[index + 1] - 1])
+        chunk = index // self.per
+        base = self.bases[chunk]
+        return decode_event(self.chunks[chunk][starts[index] - base : starts[index + 1] - 1 - base])
 
 
 class EventLog(Sequence[Event]):
