@@ -104,7 +104,14 @@ async def test_resume_from_a_snapshot_is_the_same_session(kind: str, tmp_path: P
     stored = await store.load("big")
     live = stored.live()
     assert live._raw is not None  # resumed from the snapshot, prefix decoded lazily
-    assert live.events == list(session.events)
+    original = list(session.events)
+    # One at a time (lazily) and in a full walk (batch), the same values.
+    assert live.events[5] == original[5] and live.events[-1] == original[-1]
+    assert live.events[100:110] == original[100:110]
+    assert list(reversed(live.events))[:50] == original[::-1][:50]
+    assert live._raw is not None
+    assert live.events == original
+    assert live._raw is None  # the walk decoded everything and dropped the lines
     assert list(live.derive_messages()) == list(session.derive_messages())
     assert live.surface == session.surface and live.last_turn == session.last_turn
     # Appends after a snapshot resume are checked and stored as usual; a later resume replays

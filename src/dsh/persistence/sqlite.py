@@ -569,9 +569,11 @@ def _covered_lines(db: sqlite3.Connection, session_id: str, count: int) -> list[
     for low in range(0, count, _CHUNK):
         high = min(low + _CHUNK, count)
         covered = db.execute(
+            # No ORDER BY: the primary-key range scan yields seq order, and a text in any other
+            # order would not hash to the snapshot's key (the rows are then read one by one).
             "SELECT count(*), min(seq), max(seq), sum(typeof(seq) != 'integer'), "
-            "group_concat(line, char(10)) FROM (SELECT seq, line FROM events "
-            "WHERE session_id = ? AND seq >= ? AND seq < ? ORDER BY seq)",
+            "group_concat(line, char(10)) FROM events "
+            "WHERE session_id = ? AND seq >= ? AND seq < ?",
             (session_id, low, high),
         ).fetchone()
         if tuple(covered[:4]) != (high - low, low, high - 1, 0):

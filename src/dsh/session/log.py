@@ -18,6 +18,8 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
+import msgspec
+
 from dsh import _clock, _json
 from dsh.session.derive import DerivedMessages, Message, project
 from dsh.session.event import (
@@ -30,6 +32,8 @@ from dsh.session.event import (
 )
 
 log = logging.getLogger("dsh.session")
+
+_LINES_DECODER = msgspec.json.Decoder(Event)
 
 SESSION_FORMAT_VERSION = 0
 
@@ -83,6 +87,21 @@ class RawEvents:
         base = self.bases[chunk]
         return decode_event(self.chunks[chunk][starts[index] - base : starts[index + 1] - 1 - base])
 
+    def decode_all(self) -> list[Event]:
+        """Every line, decoded chunk by chunk in one call each (what a full scan costs)."""
+        starts, per, count = self.starts, self.per, len(self)
+        out: list[Event] = []
+        for chunk, (data, base) in enumerate(zip(self.chunks, self.bases, strict=True)):
+            low, high = chunk * per, min((chunk + 1) * per, count)
+            if low >= high:
+                break
+            view = memoryview(data)[starts[low] - base : starts[high] - base]
+            out.extend(_LINES_DECODER.decode_lines(view))
+        for index, event in enumerate(out):
+            if event.surface_op is not None and event.source_event_seqs is not None:
+                out[index] = self.decode(index)  # restores the line's key order
+        return out
+
 
 class EventLog(Sequence[Event]):
     """Read-only view of the raw log in seq order."""
@@ -116,9 +135,12 @@ class EventLog(Sequence[Event]):
         return self._session._event(index)
 
     def __iter__(self) -> Iterator[Event]:
-        if self._session is None:
-            return iter(self._events)
-        return map(self._session._event, range(len(self._events)))
+        if self._session is not None:
+            # A full forward walk (an index being built, a listing) costs what a batch decode
+            # costs; one line at a time would cost three times that.
+            self._session._resolve_all()
+            self._session = None
+        return iter(self._events)
 
     def __reversed__(self) -> Iterator[Event]:
         if self._session is None:
@@ -222,6 +244,17 @@ class Session:
             self._last_turn,
             self._open_turn,
         )
+
+    def _resolve_all(self) -> None:
+        """Decode every event still held as a raw line, in one pass, and drop the lines."""
+        raw = self._raw
+        if raw is None:
+            return
+        events = self._events
+        for index, event in enumerate(raw.decode_all()):
+            if events[index] is None:
+                events[index] = event
+        self._raw = None
 
     def _event(self, index: int) -> Event:
         """Event ``index``, decoding its raw line on first access."""
