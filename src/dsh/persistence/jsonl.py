@@ -14,7 +14,9 @@ shows the offending line.
 Durability: a session's file appears on its first append, fully formed (temp file, fsync, hard
 link that refuses to overwrite, directory fsync). Later appends are ``O_APPEND`` writes followed
 by fsync; a failed write is cut back to the previous size. Load validates everything *before*
-writing anything, then truncates a torn tail and appends crash closers, durably.
+writing anything, then truncates a torn tail and appends crash closers, durably. Before each
+append the writer checks the file is exactly as it left it (``_check_unchanged``); a load may
+resume from a fold snapshot beside the log (:mod:`dsh.persistence._fold`).
 
 Plugin: ``name = "jsonl-sessions"``, config ``{root}`` (required), provides ``session_store``.
 """
