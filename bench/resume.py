@@ -12,20 +12,27 @@ The log (3,704 turns of the shared 27-event workload, ~17 MB) is written by the 
   would run). The same decode with the GC paused is reported beside it for context.
 
 Runs alternate resume / decode (5 rounds, 2 with ``quick``) after one warm-up load; the figures
-are medians. ``ratio`` is median resume / median bare decode at default GC settings (the
+are medians. The warm-up load writes the log's fold snapshot (``<log>.fold``), so ``seconds`` is a
+resume as ``dsh chat --continue`` meets it after any earlier load: checked snapshot, lazy prefix.
+``cold_seconds`` is the same load with the snapshot deleted first (every line decoded and folded,
+and a new snapshot written), the cost of the first resume of a log. ``sqlite_seconds`` is the
+resume of the same session from :class:`~dsh.persistence.sqlite.SqliteStore` (same shape: a warm-up
+load, then the median of the rounds). ``ratio`` is median resume / median bare decode at default GC settings (the
 definition the anchors use: miniharness's 2.58 s at 8.5x implies a ~0.30 s decode, which is
 what the default-GC decode costs here). Pausing the GC makes the bare decode ~3x faster, while
 the load already pauses it internally, so ``ratio_vs_gc_paused_decode`` is the stricter figure.
 
 Peak RSS: a fresh interpreter (``python -m bench.resume --rss <root>``) imports dsh, loads the
 session and reports ``ru_maxrss`` raw (bytes), so the figure includes the interpreter and dsh's
-imports (also reported, measured before the load).
+imports (also reported, measured before the load); ``rss_added_bytes`` is the difference, what
+the load itself added at its peak (``sqlite_rss_added_bytes`` the same for SQLite).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -41,7 +48,9 @@ import msgspec
 
 from bench._util import gc_off, median, scratch_dir
 from bench.workload import TURNS_100K, build_session
+from dsh.persistence.base import SessionStore
 from dsh.persistence.jsonl import JsonlStore
+from dsh.persistence.sqlite import SqliteStore
 
 SESSION_ID = "resume-100k"
 REPO = Path(__file__).resolve().parent.parent
@@ -62,7 +71,19 @@ async def write_log(root: str, turns: int = TURNS_100K) -> tuple[str, int]:
     return path, len(events)
 
 
-async def _resume_once(store: JsonlStore, expected_events: int) -> float:
+async def write_sqlite(path: str, turns: int = TURNS_100K) -> int:
+    """The same session written through the SQLite store; returns the event count."""
+    session = build_session(SESSION_ID, turns)
+    events = list(session.events)
+    store = SqliteStore(path)
+    await store.create(dict(session.header, cwd="/bench"))
+    for start in range(0, len(events), 10_000):
+        await store.append(SESSION_ID, events[start : start + 10_000])
+    await store.close()
+    return len(events)
+
+
+async def _resume_once(store: SessionStore, expected_events: int) -> float:
     start = time.perf_counter()
     stored = await store.load(SESSION_ID)
     session = stored.session
@@ -91,11 +112,14 @@ def _bare_once(lines: list[bytes], *, gc_enabled: bool) -> float:
     return elapsed
 
 
-def _peak_rss(root: str) -> dict[str, int]:
+def _peak_rss(root: str, kind: str = "jsonl") -> dict[str, int]:
     # Through ``sh ... & wait``: Linux carries a process's ``ru_maxrss`` across ``exec`` and a
     # child forked from this (large) process would start with our peak; the grandchild is
     # forked from a small shell, so its reading is its own.
-    command = f"{shlex.quote(sys.executable)} -m bench.resume --rss {shlex.quote(root)} & wait $!"
+    command = (
+        f"{shlex.quote(sys.executable)} -m bench.resume --rss {shlex.quote(root)} "
+        f"--kind {kind} & wait $!"
+    )
     out = subprocess.run(
         ["/bin/sh", "-c", command],
         cwd=REPO,
@@ -112,6 +136,12 @@ async def _measure(root: str, pairs: int) -> dict[str, Any]:
     raw = Path(path).read_bytes()
     lines = raw.split(b"\n")[:-1]
     store = JsonlStore(root)
+    cold_s: list[float] = []
+    for _ in range(2):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + ".fold")
+        gc.collect()
+        cold_s.append(await _resume_once(store, count))  # no snapshot: writes one
     await _resume_once(store, count)  # warm-up: page cache, imports, allocator arenas
     resume_s: list[float] = []
     bare_s: list[float] = []
@@ -125,8 +155,22 @@ async def _measure(root: str, pairs: int) -> dict[str, Any]:
         bare_nogc_s.append(_bare_once(lines, gc_enabled=False))
     seconds, bare = median(resume_s), median(bare_s)
     rss = _peak_rss(root)
+    database = os.path.join(root, "sqlite", "sessions.sqlite")
+    await write_sqlite(database)
+    sqlite_store = SqliteStore(database)
+    await _resume_once(sqlite_store, count)  # warm-up; writes the snapshot
+    sqlite_s: list[float] = []
+    for _ in range(pairs):
+        gc.collect()
+        sqlite_s.append(await _resume_once(sqlite_store, count))
+    await sqlite_store.close()
+    sqlite_rss = _peak_rss(database, "sqlite")
     return {
         "seconds": round(seconds, 4),
+        "sqlite_seconds": round(median(sqlite_s), 4),
+        "cold_seconds": round(median(cold_s), 4),
+        "rss_added_bytes": rss["peak_rss_bytes"] - rss["rss_before_load_bytes"],
+        "sqlite_rss_added_bytes": sqlite_rss["peak_rss_bytes"] - sqlite_rss["rss_before_load_bytes"],
         "bare_decode_seconds": round(bare, 4),
         "ratio": round(seconds / bare, 3),
         "file_bytes": len(raw),
@@ -152,12 +196,12 @@ def _vm_hwm() -> int:
     return 0
 
 
-def _rss_child(root: str) -> None:
+def _rss_child(root: str, kind: str) -> None:
     """In a fresh interpreter: load the session and print ``ru_maxrss`` in bytes."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     async def load() -> Any:
-        store = JsonlStore(root)
+        store: SessionStore = JsonlStore(root) if kind == "jsonl" else SqliteStore(root)
         stored = await store.load(SESSION_ID)
         assert stored.session is not None
         stored.session.derive_messages()
@@ -178,9 +222,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rss", metavar="ROOT", help=argparse.SUPPRESS)
+    parser.add_argument("--kind", default="jsonl", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss:
-        _rss_child(args.rss)
+        _rss_child(args.rss, args.kind)
         return
     print(json.dumps(run(args.quick), indent=2))
 

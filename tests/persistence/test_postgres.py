@@ -28,6 +28,7 @@ from dsh.persistence.base import (
     InvalidSessionId,
     SessionExists,
     SessionLocked,
+    SessionModified,
     SessionNotFound,
     StoreError,
     UnsupportedVersion,
@@ -357,11 +358,22 @@ async def test_racing_writer_gets_seq_mismatch(pg: PostgresStore, schema: str) -
         "SELECT id, 2, 'turn/start', 1, '{}', %s FROM h",
         encode_event(Event("turn/start", 2, 1, {"turn": 9})).decode(),
     )
-    with pytest.raises(AppendSeqMismatch) as err:
+    modified = 'session "race" was modified by another program; dsh stopped writing to it'
+    with pytest.raises(SessionModified) as err:
         await pg.append("race", [t2])
-    assert str(err.value) == 'append seq mismatch for "race": expected 3 at index 0, got 2'
+    assert str(err.value) == modified
     assert pg.stored_count("race") == 2
+    # The writer stopped: a later append is refused the same way, and nothing was written.
+    with pytest.raises(SessionModified, match="was modified by another program"):
+        await pg.append("race", [t2])
+    assert [e.data for e in (await pg.read("race")).events][2] == {"turn": 9}
 
+
+async def test_confused_caller_gets_seq_mismatch(pg: PostgresStore) -> None:
+    s = closed_session("race", 1)
+    t2 = s.append("turn/start", {"turn": 2})
+    await pg.create(s.header)
+    await pg.append("race", list(s.events)[:2])
     # A confused caller: a gap or a non-contiguous batch is refused before any write.
     with pytest.raises(AppendSeqMismatch, match="expected 2 at index 0, got 5"):
         await pg.append("race", [Event("turn/start", 5, 1, {"turn": 3})])
@@ -395,8 +407,10 @@ async def test_racing_first_appends_one_wins(make_store: Callable[..., PostgresS
         await c1.close()
         await c2.close()
     errors = [r for r in results if isinstance(r, BaseException)]
-    assert len(errors) == 1 and isinstance(errors[0], AppendSeqMismatch)
-    assert str(errors[0]) == 'append seq mismatch for "first": expected 2 at index 0, got 0'
+    assert len(errors) == 1 and isinstance(errors[0], SessionModified)
+    assert str(errors[0]) == (
+        'session "first" was modified by another program; dsh stopped writing to it'
+    )
     assert (await store.read("first")).events == list(s.events)
 
 

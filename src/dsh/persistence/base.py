@@ -52,6 +52,20 @@ class AppendSeqMismatch(StoreError):
     """``append`` whose first seq is not the stored next seq (a racing or confused writer)."""
 
 
+class SessionModified(AppendSeqMismatch):
+    """The log changed under a writer that holds its lock: another program wrote to it.
+
+    The writer stops writing that session (every later append raises this again) and leaves
+    the log exactly as the other program left it.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f'session "{session_id}" was modified by another program; dsh stopped writing to it'
+        )
+        self.session_id = session_id
+
+
 class UnsupportedVersion(StoreError):
     """A session header (or a database schema) written by a format this build cannot read."""
 
@@ -65,7 +79,8 @@ class StoredSession:
     """A loaded session: its header mapping (``version, id, createdAt, cwd?, ...``) and events."""
 
     header: dict[str, Any]
-    events: list[Event]
+    events: Sequence[Event]
+    """Every event in seq order (a session resumed from a fold snapshot decodes them lazily)."""
     repaired: int = 0
     """How many crash-repair closers ``load`` appended."""
     truncated_bytes: int = 0
@@ -78,7 +93,7 @@ class StoredSession:
         """The session the store built, or one folded from :attr:`events` when it built none."""
         if self.session is not None:
             return self.session
-        return Session.restore(str(self.header["id"]), self.events, header=self.header)
+        return Session.restore(str(self.header["id"]), list(self.events), header=self.header)
 
 
 @dataclass(frozen=True)

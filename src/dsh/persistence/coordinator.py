@@ -16,6 +16,10 @@ service announces sessions on the bus; the coordinator turns that into store cal
   fails the error propagates and the session stays registered for the disposal to retry.
 - Fiber disposal: wait for pending work, drain every session, release, close the store. All
   failures are raised together as ``ExceptionGroup("<kind> dispose failed", [...])``.
+- A store that finds the session changed by another program (:class:`SessionModified`) has
+  stopped writing it: the coordinator logs its one line once, drops what is buffered and every
+  later event of that session, and releases it on disposal without an error (the other
+  program's writes stay as they are; the conversation goes on in memory only).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dsh.persistence.base import SessionModified
 from dsh.session import Event, Session
 
 if TYPE_CHECKING:
@@ -58,6 +63,8 @@ class _SessionState:
     needs_create: bool = False
     init_task: asyncio.Task[None] | None = None
     disposed: bool = False
+    stopped: bool = False
+    """Another program wrote to the session: nothing more is written for it."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -83,7 +90,7 @@ class WriteCoordinator:
         if state is None:
             self._register(session)  # buffers everything the session holds, this event included
             return
-        if event.seq >= state.buffered_upto:
+        if event.seq >= state.buffered_upto and not state.stopped:
             state.buffer.append(event)
             state.buffered_upto = event.seq + 1
 
@@ -152,6 +159,8 @@ class WriteCoordinator:
 
     async def _drain(self, state: _SessionState, *, sync: bool = True) -> None:
         """Write what is buffered past the cursor (caller holds ``state.lock``)."""
+        if state.stopped:
+            return
         await self._ensure_init(state)
         stored = self.store.stored_count(state.session_id)
         if stored is not None and stored > state.cursor:
@@ -160,7 +169,13 @@ class WriteCoordinator:
         # A copy: events appended while the write is in flight must not join this batch.
         pending = [event for event in state.buffer if event.seq >= cursor]
         if pending:
-            await self.store.append(state.session_id, pending, sync=sync)
+            try:
+                await self.store.append(state.session_id, pending, sync=sync)
+            except SessionModified as exc:
+                state.stopped = True
+                state.buffer = []
+                log.error("%s", exc)
+                return
             state.cursor = pending[-1].seq + 1
         # Events appended while the write was in flight stay buffered.
         cursor = state.cursor

@@ -14,7 +14,9 @@ shows the offending line.
 Durability: a session's file appears on its first append, fully formed (temp file, fsync, hard
 link that refuses to overwrite, directory fsync). Later appends are ``O_APPEND`` writes followed
 by fsync; a failed write is cut back to the previous size. Load validates everything *before*
-writing anything, then truncates a torn tail and appends crash closers, durably.
+writing anything, then truncates a torn tail and appends crash closers, durably. Before each
+append the writer checks the file is exactly as it left it (``_check_unchanged``); a load may
+resume from a fold snapshot beside the log (:mod:`dsh.persistence._fold`).
 
 Plugin: ``name = "jsonl-sessions"``, config ``{root}`` (required), provides ``session_store``.
 """
@@ -23,11 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import json
 import logging
 import os
 import re
 import secrets
+from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +40,7 @@ from typing import Any
 import msgspec
 
 from dsh import _json
+from dsh.persistence._fold import MIN_EVENTS, Fold, line_starts, read_fold, remove_fold, write_fold
 from dsh.persistence._locks import WriterLock, acquire
 from dsh.persistence._paths import (
     cwd_bucket,
@@ -52,6 +57,7 @@ from dsh.persistence.base import (
     SessionExists,
     SessionInfo,
     SessionLocked,
+    SessionModified,
     SessionNotFound,
     SessionStore,
     StoredSession,
@@ -61,6 +67,7 @@ from dsh.persistence.base import (
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
 from dsh.session import Event, InvalidEventError, Session, encode_event, interrupted_turn_closers
 from dsh.session.event import check_surface_fields, check_vocabulary, restore_key_order
+from dsh.session.log import RawEvents
 
 log = logging.getLogger("dsh.persistence")
 
@@ -83,6 +90,10 @@ __all__ = [
 _HEADER_OPTIONALS = (("cwd", str), ("parentSession", str), ("seedLength", int))
 _EVENT_DECODER = msgspec.json.Decoder(Event)
 _NEG_ZERO_HINTS = (b":-0", b",-0", b"[-0")
+_FOLD_SUFFIX = ".fold"
+"""A log's fold snapshot is ``<log>.jsonl.fold`` beside it (see :mod:`dsh.persistence._fold`)."""
+_TAIL_BYTES = 256
+"""How many of its last bytes a writer reads back before each append (see ``_check_unchanged``)."""
 
 
 # -- header ----------------------------------------------------------------------------------
@@ -310,6 +321,7 @@ def scan_event_lines(
     position: Position,
     *,
     blob: bytes | None = None,
+    first: int = 0,
 ) -> list[Event]:
     """Decode event lines and return the preserved prefix (contracts §2.3, "Load and scan").
 
@@ -318,6 +330,8 @@ def scan_event_lines(
     committed event at line <i+1> (<where>)`` / ``corrupt session log: seq gap in committed
     region at line <i+1> (expected i, got s) (<where>)``, as the reference words them). After it, the first such line ends the walk: it and
     everything after is torn tail. ``blob`` (all lines' bytes) speeds up the ``-0`` check.
+    ``first`` is the index of ``lines[0]`` in the log, when the lines before it were checked
+    already (they end at a ``turn/end``, so the committed region is decided by these lines).
     """
     count = len(lines)
     decoded: list[Event | None]
@@ -353,16 +367,17 @@ def scan_event_lines(
     for index, item in enumerate(decoded):
         if item is None:
             if index <= last_end:
-                at, extra = position(index)
+                at, extra = position(first + index)
                 raise corrupt(where + extra, f"unparsable committed event at {at}")
             kept = index
             break
-        if item.seq != index:
+        if item.seq != first + index:
             if index <= last_end:
-                at, extra = position(index)
+                at, extra = position(first + index)
                 raise corrupt(
                     where + extra,
-                    f"seq gap in committed region at {at} (expected {index}, got {item.seq})",
+                    f"seq gap in committed region at {at} "
+                    f"(expected {first + index}, got {item.seq})",
                 )
             kept = index
             break
@@ -379,12 +394,15 @@ def restore_log(
     *,
     repair: bool,
     position: Position | None = None,
+    base: Session | None = None,
 ) -> tuple[Session, list[Event]]:
     """Validate a scanned prefix as a session (surface rules) and compute its crash closers.
 
     Returns the live session (closers included when ``repair``) and the closers. A failure is
     :class:`CorruptSessionLog` (``corrupt session log: invalid event at <position(i)>: <reason>
-    (<where>)``); nothing is written here.
+    (<where>)``); nothing is written here. With ``base`` (a session resumed from a fold
+    snapshot whose events end at a ``turn/end``), ``events`` are the ones after it and are
+    added to it.
     """
     closers: list[Event] = []
     if repair:
@@ -393,9 +411,13 @@ def restore_log(
         except (AttributeError, TypeError, KeyError) as exc:
             raise corrupt(where, f"cannot close the interrupted turn ({exc})") from None
     try:
-        session = Session.restore(
-            session_id, events + closers if closers else events, header=header
-        )
+        if base is None:
+            session = Session.restore(
+                session_id, events + closers if closers else events, header=header
+            )
+        else:
+            session = base
+            session.extend(events + closers if closers else events)
     except (InvalidEventError, TypeError, KeyError, AttributeError, ValueError) as exc:
         reason = str(exc)
         found = _SEED_ERROR.match(reason)
@@ -423,18 +445,27 @@ class _OpenLog:
     count: int = 0
     size: int = 0
     fd: int | None = None  # None until materialised
-    broken: str | None = None
+    broken: StoreError | None = None
+    identity: tuple[int, int] = (0, 0)
+    """``(st_dev, st_ino)`` of the file this writer appends to."""
+    tail: bytes = b""
+    """The last bytes this writer wrote (or found) at the end of the file."""
 
 
 @dataclass
 class _ParsedLog:
     header: dict[str, Any]
-    events: list[Event]
+    events: Sequence[Event]
+    """The preserved events, then the closers (when repairing)."""
     session: Session
     closers: list[Event]
     kept_end: int  # byte offset just past the last preserved line
     size: int
     raw: bytes
+    starts: Callable[[], array[int]]
+    """Where each preserved event line starts, then ``kept_end`` (computed on demand)."""
+    folded: int = 0
+    """How many events a fold snapshot covered (0: none was used)."""
 
 
 class JsonlStore(SessionStore):
@@ -506,7 +537,7 @@ class JsonlStore(SessionStore):
         if entry is None:
             raise StoreError(f'session "{session_id}" is not open in this backend')
         if entry.broken is not None:
-            raise StoreError(entry.broken)
+            raise entry.broken.with_traceback(None)
         lines = encode_event_lines(session_id, events, entry.count)
         if not lines:
             return
@@ -514,8 +545,34 @@ class JsonlStore(SessionStore):
         if entry.fd is None:
             self._materialise(entry, payload)
         else:
+            self._check_unchanged(session_id, entry)
             self._append_bytes(entry, payload, sync=sync)
         entry.count += len(lines)
+
+    def _check_unchanged(self, session_id: str, entry: _OpenLog) -> None:
+        """Refuse to append unless the file is exactly as this writer left it.
+
+        The writer lock only keeps other dsh processes out; another program (the reference
+        harness resuming the same session, an editor) can still write. Appending after it would
+        leave a log neither can load, so the session stops being written and the file is left
+        alone. Checked: the path still names our inode, its size is the size we left, and its
+        last bytes are the ones we wrote (one ``fstat``, one ``stat``, one small ``pread``).
+        """
+        assert entry.fd is not None
+        try:
+            here = os.fstat(entry.fd)
+            there = os.stat(entry.path)
+            same = (
+                here.st_size == entry.size
+                and (here.st_dev, here.st_ino) == entry.identity
+                and (there.st_dev, there.st_ino) == entry.identity
+                and os.pread(entry.fd, len(entry.tail), entry.size - len(entry.tail)) == entry.tail
+            )
+        except FileNotFoundError:
+            same = False
+        if not same:
+            entry.broken = SessionModified(session_id)
+            raise entry.broken
 
     def _materialise(self, entry: _OpenLog, payload: bytes) -> None:
         directory = os.path.dirname(entry.path)
@@ -523,7 +580,8 @@ class JsonlStore(SessionStore):
         _remove_stale_temps(entry.path)
         temp = f"{entry.path}.{secrets.token_hex(6)}.tmp"
         data = entry.header_line + b"\n" + payload
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        # Read-write: the foreign-writer check reads back the last bytes written.
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
         published = False
         try:
             os.fchmod(fd, 0o600)
@@ -547,6 +605,9 @@ class JsonlStore(SessionStore):
         _unlink_quietly(temp)
         entry.fd = fd  # O_APPEND on the published inode: later appends go through it
         entry.size = len(data)
+        stat = os.fstat(fd)
+        entry.identity = (stat.st_dev, stat.st_ino)
+        entry.tail = data[-_TAIL_BYTES:]
 
     def _append_bytes(self, entry: _OpenLog, payload: bytes, *, sync: bool) -> None:
         assert entry.fd is not None
@@ -560,35 +621,133 @@ class JsonlStore(SessionStore):
                 os.ftruncate(entry.fd, before)
                 os.fsync(entry.fd)
             except OSError as exc:
-                entry.broken = (
+                entry.broken = StoreError(
                     f"session log {entry.path} is in an unknown state after a failed append "
                     f"({exc}); load it again"
                 )
             raise
         entry.size = before + len(payload)
+        entry.tail = (
+            payload[-_TAIL_BYTES:]
+            if len(payload) >= _TAIL_BYTES
+            else (entry.tail + payload)[-_TAIL_BYTES:]
+        )
 
     # -- loading -----------------------------------------------------------------------------
 
     def _parse(self, path: str, session_id: str, *, repair: bool) -> _ParsedLog:
         with open(path, "rb") as file:
             raw = file.read()
-        parts = raw.split(b"\n")
-        if len(parts) < 2:
+        header_end = raw.find(b"\n") + 1
+        if not header_end:
             raise CorruptSessionLog(f"empty or header-less session log: {path}")
-        lines = parts[:-1]
-        header = parse_header(lines[0], path)
+        header = parse_header(raw[: header_end - 1], path)
         check_header(header, session_id, path)
-        event_lines = lines[1:]
+        found = read_fold(path + _FOLD_SUFFIX, raw, header_end)
+        if found is not None:
+            return self._parse_after_fold(path, session_id, raw, header, found, repair=repair)
+        event_lines = raw[header_end:].split(b"\n")
+        torn = event_lines.pop()  # after the last newline: empty, or a torn line
         with gc_paused():
             events = scan_event_lines(event_lines, path, _file_line, blob=raw)
             session, closers = restore_log(
                 session_id, header, events, path, repair=repair, position=_file_line
             )
+        kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
         if len(events) == len(event_lines):
-            kept_end = len(raw) - len(parts[-1])
+            kept_end = len(raw) - len(torn)
         else:
-            kept_end = len(lines[0]) + 1 + sum(len(line) + 1 for line in event_lines[: len(events)])
-        return _ParsedLog(header, events, session, closers, kept_end, len(raw), raw)
+            kept_end = header_end + sum(len(line) + 1 for line in kept)
+        return _ParsedLog(
+            header,
+            events + closers if closers else events,
+            session,
+            closers,
+            kept_end,
+            len(raw),
+            raw,
+            lambda: line_starts(header_end, kept),
+        )
+
+    def _parse_after_fold(
+        self,
+        path: str,
+        session_id: str,
+        raw: bytes,
+        header: dict[str, Any],
+        found: tuple[Fold, array[int]],
+        *,
+        repair: bool,
+    ) -> _ParsedLog:
+        """Resume from a fold snapshot that covers ``raw[:fold.size]``; check only the rest."""
+        fold, starts = found
+        folded = len(starts) - 1
+        event_lines = raw[fold.size :].split(b"\n")
+        torn = event_lines.pop()
+        with gc_paused():
+            events = scan_event_lines(
+                event_lines, path, _file_line, blob=raw[fold.size :], first=folded
+            )
+            base = Session.from_fold(
+                session_id,
+                RawEvents([raw], starts),
+                header=header,
+                surface=fold.surface,
+                messages=fold.messages,
+                replace_generation=fold.replace_generation,
+                last_turn=fold.last_turn,
+                open_turn=None,
+            )
+            session, closers = restore_log(
+                session_id, header, events, path, repair=repair, position=_file_line, base=base
+            )
+        kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
+        if len(events) == len(event_lines):
+            kept_end = len(raw) - len(torn)
+        else:
+            kept_end = fold.size + sum(len(line) + 1 for line in kept)
+
+        def all_starts() -> array[int]:
+            return starts[:-1] + line_starts(fold.size, kept)
+
+        return _ParsedLog(
+            header,
+            session.events,
+            session,
+            closers,
+            kept_end,
+            len(raw),
+            raw,
+            all_starts,
+            folded,
+        )
+
+    def _refresh_fold(self, path: str, parsed: _ParsedLog, closers: bytes) -> None:
+        """Write a snapshot of the loaded log when one would spare the next load real work.
+
+        Only for logs of :data:`MIN_EVENTS` or more whose last event is a ``turn/end`` (so a
+        resume from it needs no look back into the prefix), and only when the snapshot in place
+        does not already cover nearly all of it.
+        """
+        session = parsed.session
+        count = len(session)
+        if count < MIN_EVENTS or count - parsed.folded < 64:
+            return
+        if session.events[count - 1].type != "turn/end":
+            return
+        starts = parsed.starts()
+        position = starts[-1]
+        for event in parsed.closers:
+            position += len(encode_event(event)) + 1
+            starts.append(position)
+        key = hashlib.sha1(memoryview(parsed.raw)[: parsed.kept_end], usedforsecurity=False)
+        key.update(closers)
+        surface, messages, generation, last_turn, open_turn = session.fold_state()
+        assert open_turn is None and len(starts) == count + 1
+        fold = Fold(
+            position, key.digest(), starts.tobytes(), surface, messages, generation, last_turn
+        )
+        write_fold(path + _FOLD_SUFFIX, fold)
 
     async def load(self, session_id: str) -> StoredSession:
         if session_id in self._open:
@@ -599,7 +758,8 @@ class JsonlStore(SessionStore):
             path = self._find_one(session_id)  # again under the lock
             parsed = self._parse(path, session_id, repair=True)
             _remove_stale_temps(path)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+            payload = b""
             try:
                 size = parsed.kept_end
                 if parsed.size > size:
@@ -614,13 +774,16 @@ class JsonlStore(SessionStore):
                         os.ftruncate(fd, size)
                         raise
                     size += len(payload)
+                stat = os.fstat(fd)
+                tail = os.pread(fd, min(size, _TAIL_BYTES), max(0, size - _TAIL_BYTES))
             except BaseException:
                 os.close(fd)
                 raise
         except BaseException:
             lock.release()
             raise
-        events = parsed.events + parsed.closers if parsed.closers else parsed.events
+        self._refresh_fold(path, parsed, payload)
+        events = parsed.events
         self._open[session_id] = _OpenLog(
             parsed.header,
             parsed.raw[: parsed.raw.index(b"\n")],
@@ -629,6 +792,8 @@ class JsonlStore(SessionStore):
             count=len(events),
             size=size,
             fd=fd,
+            identity=(stat.st_dev, stat.st_ino),
+            tail=tail,
         )
         return StoredSession(
             header=parsed.header,
@@ -679,6 +844,7 @@ class JsonlStore(SessionStore):
                 raise SessionNotFound(session_id)
             for path in found:
                 os.unlink(path)
+                remove_fold(path + _FOLD_SUFFIX)
                 _remove_stale_temps(path)
                 fsync_dir(os.path.dirname(path))
         finally:

@@ -50,11 +50,11 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from dsh import _json
 from dsh.persistence._paths import encode_session_id
 from dsh.persistence.base import (
-    AppendSeqMismatch,
     InvalidSessionId,
     SessionExists,
     SessionInfo,
     SessionLocked,
+    SessionModified,
     SessionNotFound,
     SessionStore,
     StoredSession,
@@ -207,7 +207,6 @@ class _Queries:
 
     append_first: sql.Composed
     append_next: sql.Composed
-    next_seq: sql.Composed
     exists: sql.Composed
     header: sql.Composed
     events: sql.Composed
@@ -236,7 +235,6 @@ class _Queries:
         return cls(
             append_first=q(_APPEND_FIRST),
             append_next=q(_APPEND_NEXT),
-            next_seq=q("SELECT event_count FROM {schema}.sessions WHERE id = %s"),
             exists=q("SELECT 1 FROM {schema}.sessions WHERE id = %s"),
             header=q("SELECT header_line FROM {schema}.sessions WHERE id = %s"),
             events=q("SELECT seq, line FROM {schema}.events WHERE session_id = %s ORDER BY seq"),
@@ -379,6 +377,7 @@ class _Open:
     header_line: str
     conn: Connection
     count: int = 0
+    broken: SessionModified | None = None
     # Serialises use of ``conn``: one statement at a time, and release waits for an append.
     busy: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -615,6 +614,8 @@ class PostgresStore(SessionStore):
         if tracked is None:
             raise StoreError(f'session "{session_id}" is not open in this backend')
         async with tracked.busy:
+            if tracked.broken is not None:
+                raise tracked.broken.with_traceback(None)
             lines = encode_event_lines(session_id, events, tracked.count)
             if not lines:
                 return
@@ -622,6 +623,9 @@ class PostgresStore(SessionStore):
                 await self._write(
                     tracked.conn, session_id, tracked.header, tracked.header_line, events, lines
                 )
+            except SessionModified as exc:
+                tracked.broken = exc  # another program wrote rows: stop writing this session
+                raise
             except psycopg.OperationalError as exc:
                 if not (tracked.conn.closed or tracked.conn.broken):
                     raise
@@ -642,7 +646,7 @@ class PostgresStore(SessionStore):
         events: Sequence[Event],
         lines: Sequence[bytes],
     ) -> None:
-        """Insert one checked, contiguous batch in one statement, or raise a seq mismatch.
+        """Insert one checked, contiguous batch in one statement, or raise :class:`SessionModified`.
 
         Autocommit makes the statement its own transaction. Inside a caller's transaction it
         runs under a savepoint, so a primary-key failure can still be diagnosed.
@@ -679,11 +683,9 @@ class PostgresStore(SessionStore):
         except psycopg.errors.UniqueViolation:
             written = 0
         if written != len(events):
-            row = await (await conn.execute(self._q.next_seq, (session_id,))).fetchone()
-            stored = int(row[0]) if row is not None else 0
-            raise AppendSeqMismatch(
-                f'append seq mismatch for "{session_id}": expected {stored} at index 0, got {first}'
-            )
+            # The stored next seq is not ours: rows were written by someone other than this
+            # writer (the append statement only inserts at the seq the row count says is next).
+            raise SessionModified(session_id)
 
     async def _parse(self, conn: Connection, session_id: str, *, repair: bool) -> _Parsed:
         """Read one snapshot of a persisted session and check it as the JSONL store does.

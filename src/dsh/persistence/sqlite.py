@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +27,22 @@ from typing import Any
 import msgspec
 
 from dsh import _json
+from dsh.persistence._fold import (
+    MIN_EVENTS,
+    Fold,
+    digest_parts,
+    line_starts,
+    load_fold,
+    remove_fold,
+    write_fold,
+)
 from dsh.persistence._locks import WriterLock, acquire
 from dsh.persistence._paths import encode_session_id, ensure_private_dir
 from dsh.persistence.base import (
     SessionExists,
     SessionInfo,
     SessionLocked,
+    SessionModified,
     SessionNotFound,
     SessionStore,
     StoredSession,
@@ -51,6 +62,7 @@ from dsh.persistence.jsonl import (
     scan_event_lines,
 )
 from dsh.session import Event, Session, encode_event
+from dsh.session.log import RawEvents
 
 __all__ = ["SCHEMA_VERSION", "Config", "SqliteStore", "apply", "inject", "name"]
 
@@ -87,18 +99,28 @@ class _OpenSession:
     lock: WriterLock
     count: int = 0
     materialised: bool = False
+    last_line: str | None = None
+    """The line of seq ``count - 1`` as this writer wrote or loaded it."""
+    broken: SessionModified | None = None
 
 
 @dataclass
 class _Parsed:
     header: dict[str, Any]
-    events: list[Event]
+    events: Sequence[Event]
+    """The preserved events, then the closers (when repairing)."""
     session: Session
     closers: list[Event]
     rows: int
     torn_bytes: int
-    header_line: bytes
+    prefix: list[bytes]
+    """The header line and, when a snapshot was used, the lines it covers (newline-ended)."""
     lines: list[bytes]
+    """The preserved lines after ``prefix``."""
+    folded: int = 0
+    """How many events the snapshot covered (0: none was used)."""
+    starts: array[int] | None = None
+    """The snapshot's line starts, when one was used."""
 
 
 class SqliteStore(SessionStore):
@@ -109,6 +131,7 @@ class SqliteStore(SessionStore):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.path.expanduser(os.fspath(path)))
         self.lock_dir = self.path + ".locks"
+        self.fold_dir = self.path + ".folds"
         self._db: sqlite3.Connection | None = None
         self._open: dict[str, _OpenSession] = {}
 
@@ -192,6 +215,8 @@ class SqliteStore(SessionStore):
         entry = self._open.get(session_id)
         if entry is None:
             raise StoreError(f'session "{session_id}" is not open in this backend')
+        if entry.broken is not None:
+            raise entry.broken.with_traceback(None)
         lines = encode_event_lines(session_id, events, entry.count)
         if not lines:
             return
@@ -222,6 +247,8 @@ class SqliteStore(SessionStore):
                         f'session "{session_id}" already has a persisted log on disk; '
                         "load/resume it instead of creating"
                     ) from None
+            else:
+                self._check_unchanged(db, session_id, entry)
             db.executemany(
                 "INSERT INTO events(session_id, seq, type, time, data, source_event_seqs, "
                 "surface_op, line) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -234,6 +261,24 @@ class SqliteStore(SessionStore):
             raise
         entry.materialised = True
         entry.count += len(lines)
+        entry.last_line = rows[-1][-1]
+
+    @staticmethod
+    def _check_unchanged(db: sqlite3.Connection, session_id: str, entry: _OpenSession) -> None:
+        """Refuse to append unless the session's rows end where this writer left them.
+
+        Run inside the append's write transaction: the newest row must be seq ``count - 1``
+        holding the line this writer wrote (one primary-key lookup). Anything else means
+        another program wrote rows; the session stops being written and is left alone.
+        """
+        last = db.execute(
+            "SELECT seq, line FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        expected = None if entry.count == 0 else (entry.count - 1, entry.last_line)
+        if (None if last is None else tuple(last)) != expected:
+            entry.broken = SessionModified(session_id)
+            raise entry.broken
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -249,18 +294,27 @@ class SqliteStore(SessionStore):
             raise SessionNotFound(session_id)
         db = self._conn()
         where = self._where(session_id)
+        fold_path = self._fold_path(session_id)
+        found = load_fold(fold_path)
+        hint = None if found is None else len(found[1]) - 1
+        chunks: list[bytes] | None = None
         db.text_factory = bytes
         try:
-            db.execute("BEGIN")  # one snapshot for both reads
+            db.execute("BEGIN")  # one snapshot for every read
             try:
                 row = db.execute(
                     "SELECT header FROM sessions WHERE id = ?", (session_id,)
                 ).fetchone()
                 if row is None:
                     raise SessionNotFound(session_id)
+                first = 0
+                if hint is not None:
+                    chunks = _covered_lines(db, session_id, hint)
+                    if chunks is not None:
+                        first = hint
                 rows = db.execute(
-                    "SELECT seq, line FROM events WHERE session_id = ? ORDER BY seq",
-                    (session_id,),
+                    "SELECT seq, line FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq",
+                    (session_id, first),
                 ).fetchall()
             finally:
                 db.execute("COMMIT")
@@ -269,21 +323,120 @@ class SqliteStore(SessionStore):
         line_of_header: bytes = row[0]
         header = parse_header(line_of_header, where)
         check_header(header, session_id, where)
+        header_end = len(line_of_header) + 1
+        base: Session | None = None
+        parts = [line_of_header + b"\n"]
+        if chunks is not None:
+            assert found is not None
+            fold, starts = found
+            bases = _chunk_bases(header_end, chunks)
+            key = digest_parts(parts[0], *(piece for chunk in chunks for piece in (chunk, b"\n")))
+            if (
+                starts[0] == header_end
+                and fold.size == bases[-1]
+                and all(starts[k * _CHUNK] == at for k, at in enumerate(bases[:-1]))
+                and key == fold.digest
+            ):
+                parts.extend(piece for chunk in chunks for piece in (chunk, b"\n"))
+                base = Session.from_fold(
+                    session_id,
+                    RawEvents(chunks, starts, per=_CHUNK, bases=bases[:-1]),
+                    header=header,
+                    surface=fold.surface,
+                    messages=fold.messages,
+                    replace_generation=fold.replace_generation,
+                    last_turn=fold.last_turn,
+                    open_turn=None,
+                )
+            else:  # a stale snapshot: read every row, as without one
+                return self._parse_rows(
+                    db, session_id, line_of_header, header, [], where, repair=repair
+                )
+        return self._parse_rows(
+            db, session_id, line_of_header, header, rows, where, repair=repair,
+            base=base, parts=parts, starts=None if base is None else starts,
+        )
+
+    def _parse_rows(
+        self,
+        db: sqlite3.Connection,
+        session_id: str,
+        line_of_header: bytes,
+        header: dict[str, Any],
+        rows: list[Any],
+        where: str,
+        *,
+        repair: bool,
+        base: Session | None = None,
+        parts: list[bytes] | None = None,
+        starts: array[int] | None = None,
+    ) -> _Parsed:
+        """Check ``rows`` (every row, or those after ``base``'s snapshot) as the JSONL store
+        checks lines."""
+        if parts is None:
+            db.text_factory = bytes
+            try:
+                rows = db.execute(
+                    "SELECT seq, line FROM events WHERE session_id = ? ORDER BY seq",
+                    (session_id,),
+                ).fetchall()
+            finally:
+                db.text_factory = str
+        first = 0 if base is None else len(base)
         lines: list[bytes] = [line for _, line in rows]
         with gc_paused():
-            events = scan_event_lines(lines, where, _row_number)
+            events = scan_event_lines(lines, where, _row_number, first=first)
             for index, event in enumerate(events):
                 if rows[index][0] != event.seq:  # the key column disagrees with the line
                     raise corrupt(
-                        where, f"row {index + 1} is keyed seq {rows[index][0]} but its line holds seq {event.seq}"
+                        where,
+                        f"row {first + index + 1} is keyed seq {rows[index][0]} "
+                        f"but its line holds seq {event.seq}",
                     )
             session, closers = restore_log(
-                session_id, header, events, where, repair=repair, position=_row_number
+                session_id, header, events, where, repair=repair, position=_row_number, base=base
             )
         torn = sum(len(line) for line in lines[len(events) :])
+        kept = lines[: len(events)]
+        prefix = parts if parts is not None else [line_of_header + b"\n"]
         return _Parsed(
-            header, events, session, closers, len(rows), torn, line_of_header, lines[: len(events)]
+            header,
+            session.events if base is not None else (events + closers if closers else events),
+            session,
+            closers,
+            first + len(rows),
+            torn,
+            prefix,
+            kept,
+            first,
+            starts,
         )
+
+    def _fold_path(self, session_id: str) -> str:
+        return os.path.join(self.fold_dir, encode_session_id(session_id) + ".fold")
+
+    def _refresh_fold(self, session_id: str, parsed: _Parsed) -> None:
+        """Write a snapshot of the loaded session (see the JSONL store's ``_refresh_fold``)."""
+        session = parsed.session
+        count = len(session)
+        if count < MIN_EVENTS or count - parsed.folded < 64:
+            return
+        if session.events[count - 1].type != "turn/end":
+            return
+        lines = parsed.lines + [encode_event(event) for event in parsed.closers]
+        if parsed.starts is not None:
+            starts = parsed.starts[:-1] + line_starts(parsed.starts[-1], lines)
+        else:
+            starts = line_starts(len(parsed.prefix[0]), lines)
+        key = digest_parts(*parsed.prefix, *(piece for line in lines for piece in (line, b"\n")))
+        surface, messages, generation, last_turn, open_turn = session.fold_state()
+        assert open_turn is None and len(starts) == count + 1
+        try:
+            ensure_private_dir(self.fold_dir)
+        except OSError:
+            return
+        fold = Fold(starts[-1], key, starts.tobytes(), surface, messages, generation, last_turn)
+        write_fold(self._fold_path(session_id), fold)
 
     async def load(self, session_id: str) -> StoredSession:
         if session_id in self._open:
@@ -295,7 +448,7 @@ class SqliteStore(SessionStore):
         lock = acquire(self.lock_dir, session_id)
         try:
             parsed = self._parse(session_id, repair=True)
-            kept = len(parsed.events)
+            kept = len(parsed.events) - len(parsed.closers)
             if parsed.rows > kept or parsed.closers:
                 db.execute("BEGIN IMMEDIATE")
                 try:
@@ -315,9 +468,16 @@ class SqliteStore(SessionStore):
         except BaseException:
             lock.release()
             raise
-        events = parsed.events + parsed.closers if parsed.closers else parsed.events
+        self._refresh_fold(session_id, parsed)
+        events = parsed.events
+        last_line = (
+            encode_event(events[-1]).decode() if parsed.closers
+            else parsed.lines[-1].decode() if parsed.lines
+            else encode_event(events[-1]).decode() if events
+            else None
+        )
         self._open[session_id] = _OpenSession(
-            parsed.header, lock, count=len(events), materialised=True
+            parsed.header, lock, count=len(events), materialised=True, last_line=last_line
         )
         return StoredSession(
             header=parsed.header,
@@ -333,7 +493,7 @@ class SqliteStore(SessionStore):
 
     async def export(self, session_id: str) -> bytes:
         parsed = self._parse(session_id, repair=False)
-        return b"".join(line + b"\n" for line in [parsed.header_line, *parsed.lines])
+        return b"".join([*parsed.prefix, *(line + b"\n" for line in parsed.lines)])
 
     async def list(self, *, limit: int | None = None, offset: int = 0) -> list[SessionInfo]:
         if not os.path.exists(self.path) and self._db is None:
@@ -372,6 +532,7 @@ class SqliteStore(SessionStore):
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+            remove_fold(self._fold_path(session_id))
             if not gone:
                 raise SessionNotFound(session_id)
         finally:
@@ -394,6 +555,39 @@ class SqliteStore(SessionStore):
         if self._db is not None:
             db, self._db = self._db, None
             db.close()
+
+
+_CHUNK = 8192
+"""Rows fetched per ``group_concat`` when resuming from a snapshot (bounds the extra memory)."""
+
+
+def _covered_lines(db: sqlite3.Connection, session_id: str, count: int) -> list[bytes] | None:
+    """The lines of rows ``0..count-1`` as a few newline-joined texts built inside SQLite (no
+    Python object per row), or ``None`` unless their keys are exactly ``0..count-1`` (integers,
+    unique by the primary key). Run inside the caller's read transaction."""
+    chunks: list[bytes] = []
+    for low in range(0, count, _CHUNK):
+        high = min(low + _CHUNK, count)
+        covered = db.execute(
+            # No ORDER BY: the primary-key range scan yields seq order, and a text in any other
+            # order would not hash to the snapshot's key (the rows are then read one by one).
+            "SELECT count(*), min(seq), max(seq), sum(typeof(seq) != 'integer'), "
+            "group_concat(line, char(10)) FROM events "
+            "WHERE session_id = ? AND seq >= ? AND seq < ?",
+            (session_id, low, high),
+        ).fetchone()
+        if tuple(covered[:4]) != (high - low, low, high - 1, 0):
+            return None
+        chunks.append(covered[4])
+    return chunks
+
+
+def _chunk_bases(header_end: int, chunks: list[bytes]) -> list[int]:
+    """Where each chunk starts in the log, then where the last one ends (its newline included)."""
+    bases = [header_end]
+    for chunk in chunks:
+        bases.append(bases[-1] + len(chunk) + 1)
+    return bases
 
 
 def _row_number(index: int) -> tuple[str, str]:

@@ -4,13 +4,21 @@ Owns :class:`Session`: validation of appends and seeds, the surface fold (append
 replace), the incremental derived-message cache, turn bookkeeping, observers, and incremental
 indexes that plugins attach. The append path never does I/O; persistence buffers events from
 observers and writes on flush.
+
+A session a store resumed from a fold snapshot (:meth:`Session.from_fold`) holds the events of
+the snapshot's prefix as their raw, already validated lines (:class:`RawEvents`) and decodes
+each one on first access; every reader (``events``, indexes, replaces) sees the same values as
+an eagerly decoded log.
 """
 
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, overload
+
+import msgspec
 
 from dsh import _clock, _json
 from dsh.session.derive import DerivedMessages, Message, project
@@ -20,9 +28,12 @@ from dsh.session.event import (
     InvalidEventError,
     check_surface_fields,
     check_vocabulary,
+    decode_event,
 )
 
 log = logging.getLogger("dsh.session")
+
+_LINES_DECODER = msgspec.json.Decoder(Event)
 
 SESSION_FORMAT_VERSION = 0
 
@@ -40,13 +51,66 @@ class SessionIndex(Protocol):
 IndexT = TypeVar("IndexT", bound=SessionIndex)
 
 
+class RawEvents:
+    """Validated event lines not decoded yet, held as a few large byte strings.
+
+    ``starts[i]`` is where line ``i`` starts in the log (``starts[-1]`` is where the last one
+    ends, plus its newline). The log's bytes are ``chunks``: chunk ``k`` holds lines
+    ``k * per`` up to ``(k + 1) * per`` and starts at log offset ``starts[k * per]`` (a JSONL
+    store passes the whole file as one chunk starting at 0 and ``per`` past the end).
+
+    A store builds it over bytes it has already checked (a fold snapshot's prefix), so decoding
+    a line here cannot fail on anything the load contract checks.
+    """
+
+    __slots__ = ("bases", "chunks", "per", "starts")
+
+    def __init__(
+        self,
+        chunks: list[bytes],
+        starts: array[int],
+        *,
+        per: int | None = None,
+        bases: list[int] | None = None,
+    ) -> None:
+        self.chunks = chunks
+        self.starts = starts
+        self.per = per if per is not None else len(starts)
+        self.bases = bases if bases is not None else [0]
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def decode(self, index: int) -> Event:
+        starts = self.starts
+        chunk = index // self.per
+        base = self.bases[chunk]
+        return decode_event(self.chunks[chunk][starts[index] - base : starts[index + 1] - 1 - base])
+
+    def decode_all(self) -> list[Event]:
+        """Every line, decoded chunk by chunk in one call each (what a full scan costs)."""
+        starts, per, count = self.starts, self.per, len(self)
+        out: list[Event] = []
+        for chunk, (data, base) in enumerate(zip(self.chunks, self.bases, strict=True)):
+            low, high = chunk * per, min((chunk + 1) * per, count)
+            if low >= high:
+                break
+            view = memoryview(data)[starts[low] - base : starts[high] - base]
+            out.extend(_LINES_DECODER.decode_lines(view))
+        for index, event in enumerate(out):
+            if event.surface_op is not None and event.source_event_seqs is not None:
+                out[index] = self.decode(index)  # restores the line's key order
+        return out
+
+
 class EventLog(Sequence[Event]):
     """Read-only view of the raw log in seq order."""
 
-    __slots__ = ("_events",)
+    __slots__ = ("_events", "_session")
 
-    def __init__(self, events: list[Event]) -> None:
+    def __init__(self, events: list[Event], session: Session | None = None) -> None:
         self._events = events
+        self._session = session if session is not None and session._raw is not None else None
 
     def __len__(self) -> int:
         return len(self._events)
@@ -58,19 +122,36 @@ class EventLog(Sequence[Event]):
     def __getitem__(self, index: slice) -> list[Event]: ...
 
     def __getitem__(self, index: int | slice) -> Event | list[Event]:
-        return self._events[index]
+        if self._session is None:
+            return self._events[index]
+        if isinstance(index, slice):
+            return [self._session._event(i) for i in range(*index.indices(len(self._events)))]
+        if index < 0:
+            index += len(self._events)
+            if index < 0:
+                raise IndexError("event index out of range")
+        elif index >= len(self._events):
+            raise IndexError("event index out of range")
+        return self._session._event(index)
 
     def __iter__(self) -> Iterator[Event]:
+        if self._session is not None:
+            # A full forward walk (an index being built, a listing) costs what a batch decode
+            # costs; one line at a time would cost three times that.
+            self._session._resolve_all()
+            self._session = None
         return iter(self._events)
 
     def __reversed__(self) -> Iterator[Event]:
-        return reversed(self._events)
+        if self._session is None:
+            return reversed(self._events)
+        return map(self._session._event, range(len(self._events) - 1, -1, -1))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, EventLog):
-            return self._events == other._events
+            return list(self) == list(other)
         if isinstance(other, (list, tuple)):
-            return self._events == list(other)
+            return list(self) == list(other)
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
@@ -91,6 +172,7 @@ class Session:
         self.id = id
         self.header: dict[str, Any] = _make_header(id, header)
         self._events: list[Event] = []
+        self._raw: RawEvents | None = None  # lines of events held as ``None`` in ``_events``
         self._nodes: list[int] = []  # surface: seqs in order
         self._positions: dict[int, int] = {}  # seq -> index in _nodes
         self._messages: list[Message] = []  # derived messages of the current generation
@@ -122,6 +204,66 @@ class Session:
         session.extend(events)
         return session
 
+    @classmethod
+    def from_fold(
+        cls,
+        id: str,
+        raw: RawEvents,
+        *,
+        header: Mapping[str, Any] | None,
+        surface: list[int],
+        messages: list[Message],
+        replace_generation: int,
+        last_turn: int,
+        open_turn: int | None,
+    ) -> Session:
+        """A session whose first ``len(raw)`` events a store validated and folded before.
+
+        ``surface`` .. ``open_turn`` are the fold of exactly those events (a snapshot the store
+        checked against the bytes of ``raw``); the events themselves are decoded on first
+        access. Later events are added with :meth:`extend`, checked as usual.
+        """
+        session = cls(id, header=header)
+        session._events = [None] * len(raw)  # type: ignore[list-item]  # resolved by _event
+        session._raw = raw
+        session._nodes = surface
+        session._positions = {seq: pos for pos, seq in enumerate(surface)}
+        session._messages = messages
+        session._replace_generation = replace_generation
+        session._last_turn = last_turn
+        session._open_turn = open_turn
+        return session
+
+    def fold_state(self) -> tuple[list[int], list[Message], int, int, int | None]:
+        """``(surface, messages, replace_generation, last_turn, open_turn)``: what
+        :meth:`from_fold` takes back, for a store writing a snapshot."""
+        return (
+            list(self._nodes),
+            list(self._messages),
+            self._replace_generation,
+            self._last_turn,
+            self._open_turn,
+        )
+
+    def _resolve_all(self) -> None:
+        """Decode every event still held as a raw line, in one pass, and drop the lines."""
+        raw = self._raw
+        if raw is None:
+            return
+        events = self._events
+        for index, event in enumerate(raw.decode_all()):
+            if events[index] is None:
+                events[index] = event
+        self._raw = None
+
+    def _event(self, index: int) -> Event:
+        """Event ``index``, decoding its raw line on first access."""
+        event = self._events[index]
+        if event is None:
+            assert self._raw is not None
+            event = self._events[index] = self._raw.decode(index)
+        return event
+
     def extend(self, events: Iterable[Event]) -> None:
         """Commit events of a replayed log after those already held, without publishing them.
 
@@ -146,7 +288,7 @@ class Session:
     @property
     def events(self) -> EventLog:
         """The raw log in seq order, shadowed events included."""
-        return EventLog(self._events)
+        return EventLog(self._events, self)
 
     @property
     def surface(self) -> tuple[int, ...]:
@@ -227,7 +369,7 @@ class Session:
         if existing is not None:
             return existing  # type: ignore[return-value]
         index = factory()
-        for event in self._events:
+        for event in self.events:
             index.observe(event)
         self._indexes[key] = index
         return index
@@ -298,8 +440,8 @@ class Session:
         self._positions = {seq: pos for pos, seq in enumerate(self._nodes)}
         self._replace_generation += 1
         # A new backing list, so snapshots handed out earlier keep their contents.
-        events = self._events
-        self._messages = [m for m in (project(events[s]) for s in self._nodes) if m is not None]
+        resolve = self._event
+        self._messages = [m for m in (project(resolve(s)) for s in self._nodes) if m is not None]
 
     def _publish(self, event: Event) -> None:
         if not self._observers:
