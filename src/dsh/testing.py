@@ -14,24 +14,15 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dsh.agent import agent as agent_plugin
-from dsh.agent import loop as loop_plugin
-from dsh.agent import sessions as sessions_plugin
-from dsh.agent import system_prompt as system_prompt_plugin
-from dsh.llm import service as llm_plugin
+from dsh.compose import mount_spine
 from dsh.llm.types import LlmRequest
 from dsh.runtime import Context, Fiber
 from dsh.session import DerivedMessages
-from dsh.tools import registry as tools_plugin
 
 
 async def mount_agent_loop(ctx: Context, *, loop_config: Mapping[str, Any] | None = None) -> list[Fiber]:
     """Mount the in-memory agent spine on ``ctx``; returns the fibers in mount order."""
-    fibers = []
-    for plugin in (sessions_plugin, llm_plugin, tools_plugin, system_prompt_plugin, agent_plugin):
-        fibers.append(await ctx.plugin(plugin))
-    fibers.append(await ctx.plugin(loop_plugin, dict(loop_config or {})))
-    return fibers
+    return await mount_spine(ctx, loop_config=loop_config)
 
 
 @dataclass
