@@ -15,8 +15,8 @@ import asyncio
 import os
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol, TextIO
 
 from prompt_toolkit import PromptSession
