@@ -9,7 +9,11 @@ the code that raises them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dsh.session import Event
 
 __all__ = ["RunError", "UsageError"]
 
@@ -20,9 +24,18 @@ class UsageError(Exception):
 
 class RunError(Exception):
     """A turn that ended in error (or ended without finishing), raised once its events are
-    durable. ``reason`` is the logged ``turn/end`` reason (``{"kind": "error", ...}``)."""
+    durable. ``reason`` is the logged ``turn/end`` reason (``{"kind": "error", ...}``), ``events``
+    what the run appended."""
 
-    def __init__(self, message: str, reason: Mapping[str, object], session_id: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: Mapping[str, object],
+        session_id: str,
+        events: Sequence[Event] = (),
+    ) -> None:
         super().__init__(message)
         self.reason: dict[str, object] = dict(reason)
         self.session_id = session_id
+        self.events: tuple[Event, ...] = tuple(events)

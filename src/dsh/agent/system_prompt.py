@@ -48,6 +48,11 @@ class SystemPrompt:
 
         return remove
 
+    def remove_section(self, id: str) -> bool:
+        """Drop section ``id`` (e.g. ``harness:identity`` when instructions replace it); returns
+        whether it was there."""
+        return self._sections.pop(id, None) is not None
+
     def sections(self) -> list[Section]:
         return sorted(self._sections.values(), key=lambda s: s.order)
 
