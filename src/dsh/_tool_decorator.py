@@ -19,6 +19,7 @@ Owns the translation from a function to a :class:`dsh.tools.Tool`:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import re
 import types
@@ -149,10 +150,9 @@ def _build_schema(
             prop["description"] = description
         default = signature.parameters[param.name].default
         if default is not inspect.Parameter.empty:
-            try:
+            # A default the model cannot see (not JSON) is still applied by Python.
+            with contextlib.suppress(TypeError):
                 prop["default"] = msgspec.to_builtins(default)
-            except TypeError:
-                pass  # a default the model cannot see is still applied by Python
         properties[param.name] = prop
     schema: dict[str, object] = {"type": "object", "properties": properties}
     required = [p.name for p in params if p.required]
@@ -194,7 +194,8 @@ def _make_tool(
             raise ToolError(f"arguments are not valid JSON: {args[:200]}", code="INVALID_ARGUMENTS")
         errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
         if errors:
-            detail = "; ".join(_describe(e) for e in errors[:3])
+            # best_match picks the branch of an anyOf (e.g. ``Place | None``) that went furthest.
+            detail = "; ".join(_describe(jsonschema.exceptions.best_match([e])) for e in errors[:3])
             raise ToolError(f'invalid arguments for tool "{tool_name}": {detail}', code="INVALID_ARGUMENTS")
         assert isinstance(args, Mapping)  # the schema's "type": "object" guarantees it
         try:
