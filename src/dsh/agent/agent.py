@@ -212,7 +212,14 @@ class Agent:
 
 
 class AgentRegistry:
-    """The agents of a context, by id."""
+    """The agents of a context, by id. Also the plugin that provides it:
+    ``await ctx.plugin(AgentRegistry)`` mounts ``ctx.agents``."""
+
+    name = "agents"
+
+    @staticmethod
+    def apply(ctx: Context, config: object = None) -> None:
+        ctx.provide("agents", AgentRegistry(ctx))
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -244,4 +251,4 @@ class AgentRegistry:
 
 
 def apply(ctx: Context, config: object = None) -> None:
-    ctx.provide("agents", AgentRegistry(ctx))
+    AgentRegistry.apply(ctx, config)

@@ -7,7 +7,7 @@ their public names.
 
 from dsh.runtime.abort import AbortController, AbortError, AbortSignal
 from dsh.runtime.config import ConfigError, validate_config
-from dsh.runtime.context import Context, Fiber, FiberState
+from dsh.runtime.context import Context, Fiber, FiberState, NotAPluginError
 from dsh.runtime.loader import (
     LoadedPlugin,
     LoadError,
@@ -31,6 +31,7 @@ __all__ = [
     "FiberState",
     "LoadError",
     "LoadedPlugin",
+    "NotAPluginError",
     "PendingEntry",
     "PluginEntry",
     "format_pending",

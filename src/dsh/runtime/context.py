@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar, cast, overload
 
 from dsh.runtime.config import validate_config
 
-__all__ = ["Context", "Fiber", "FiberState"]
+__all__ = ["Context", "Fiber", "FiberState", "NotAPluginError"]
 
 _log = logging.getLogger("dsh.runtime")
 
@@ -331,6 +331,46 @@ def _plugin_name(plugin: object) -> str:
     return fallback if isinstance(fallback, str) else type(plugin).__name__
 
 
+class NotAPluginError(TypeError):
+    """``ctx.plugin(x)`` with something that is not a plugin; the text names what is missing."""
+
+
+def _check_plugin(plugin: object) -> None:
+    """Refuse a non-plugin in one line naming what it lacks, before the runtime calls into it.
+
+    A plugin has ``name`` (a non-empty string; a module or class may rely on its own name) and a
+    callable ``apply(ctx, config)``; a class without ``apply`` is applied by constructing it
+    with ``(ctx, config)``, so its constructor must accept that.
+    """
+    is_type = isinstance(plugin, type)
+    name = getattr(plugin, "name", None)
+    has_name = (isinstance(name, str) and bool(name)) or is_type or inspect.ismodule(plugin)
+    apply = getattr(plugin, "apply", None)
+    what = repr(name) if isinstance(name, str) and name else _describe_object(plugin)
+    if apply is not None and not callable(apply):
+        raise NotAPluginError(f"{what} is not a plugin: its apply is not callable")
+    if apply is None and isinstance(plugin, type):
+        try:
+            inspect.signature(plugin).bind(None, None)
+        except (TypeError, ValueError):
+            raise NotAPluginError(
+                f"{what} is not a plugin: it has no apply(ctx, config) and its constructor does "
+                "not take (ctx, config)"
+            ) from None
+        apply = plugin
+    missing = [part for part, ok in (("name", has_name), ("apply(ctx, config)", apply is not None)) if not ok]
+    if missing:
+        hint = " (load a plugin by name with dsh.runtime.resolve_plugin)" if isinstance(plugin, str) else ""
+        raise NotAPluginError(f"{what} is not a plugin: it has no {' and '.join(missing)}{hint}")
+
+
+def _describe_object(value: object) -> str:
+    text = repr(value)
+    if len(text) > 60 or "\n" in text:
+        text = f"<{type(value).__name__} object>"
+    return text
+
+
 def _plugin_inject(plugin: object, name: str) -> tuple[str, ...]:
     inject = getattr(plugin, "inject", None)
     if inject is None:
@@ -450,10 +490,9 @@ class Context:
         parent = self._fiber
         parent._check_alive()
         host = self._host
+        _check_plugin(plugin)
         name = _plugin_name(plugin)
         inject = _plugin_inject(plugin, name)
-        if getattr(plugin, "apply", None) is None and not isinstance(plugin, type):
-            raise TypeError(f'plugin "{name}" has no apply()')
         validated = validate_config(getattr(plugin, "Config", None), config)
         fiber = Fiber(host, name, plugin=plugin, config=validated, parent=parent, inject=inject)
         parent._children.append(fiber)
