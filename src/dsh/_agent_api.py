@@ -22,11 +22,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
-from dsh.compose import mount_spine, mount_store
+from dsh.agent.loop import AGENT_LOOP
+from dsh.agent.sessions import SESSIONS
+from dsh.agent.system_prompt import SYSTEM_PROMPT
+from dsh.compose import SESSION_STORE, mount_spine, mount_store
 from dsh.errors import RunError
+from dsh.llm.service import LLM
 from dsh.llm.types import Adapter
 from dsh.runtime import Context
 from dsh.session import Event, Session
+from dsh.tools.registry import TOOLS
 from dsh.tools.types import Tool
 
 if TYPE_CHECKING:
@@ -233,7 +238,7 @@ class Agent:
             finally:
                 unsubscribe()
             if not agent.disposed:
-                await runtime.ctx.sessions.flush(agent.session)
+                await runtime.ctx.require(SESSIONS).flush(agent.session)
             else:
                 runtime.agents.pop(sid, None)
         reason = _turn_reason(events)
@@ -287,12 +292,14 @@ class Agent:
         if isinstance(self.model, str):
             await self._mount_model(ctx, self.model)
         else:
-            ctx.defer(ctx.llm.register_adapter([self.model_name], self.model))
+            ctx.defer(ctx.require(LLM).register_adapter([self.model_name], self.model))
+        tools = ctx.require(TOOLS)
         for t in self.tools:
-            ctx.defer(ctx.tools.register(t))
+            ctx.defer(tools.register(t))
         if self.instructions is not None:
-            ctx.system_prompt.remove_section("harness:identity")
-            ctx.defer(ctx.system_prompt.add_section("agent:instructions", self.instructions, order=-100))
+            prompt = ctx.require(SYSTEM_PROMPT)
+            prompt.remove_section("harness:identity")
+            ctx.defer(prompt.add_section("agent:instructions", self.instructions, order=-100))
         if self.time_context is not False:
             from dsh.plugins import time_context
 
@@ -324,9 +331,9 @@ class Agent:
         if live is not None and not live.disposed:
             return live
         ctx = runtime.ctx
-        loop = ctx.agent_loop
+        loop = ctx.require(AGENT_LOOP)
         agent: LoopAgent | None = None
-        if resume and ctx.has("session_store"):
+        if resume and ctx.has(SESSION_STORE):
             from dsh.persistence.base import SessionNotFound
 
             try:

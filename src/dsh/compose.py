@@ -28,7 +28,7 @@ from dsh.agent import sessions as sessions_plugin
 from dsh.agent import system_prompt as system_prompt_plugin
 from dsh.errors import UsageError
 from dsh.llm import service as llm_plugin
-from dsh.runtime import Context, Fiber
+from dsh.runtime import Context, Fiber, ServiceKey
 from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins, resolve_plugin
 from dsh.tools import registry as tools_plugin
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APP_NAMES",
     "DEFAULT_ROOT",
+    "SESSION_STORE",
     "STORE_NAMES",
     "OpenedStore",
     "app_store_entry",
@@ -46,6 +47,10 @@ __all__ = [
     "open_store",
     "store_entry",
 ]
+
+# The mounted store's key. It belongs next to SessionStore (dsh.persistence.base); it lives here
+# until the persistence rewrite lands, and moves there then.
+SESSION_STORE: ServiceKey[SessionStore] = ServiceKey("session_store")
 
 DEFAULT_ROOT = "./.sessions"
 APP_NAMES = frozenset({"stdio-app", "dsh.apps.stdio"})
@@ -89,7 +94,7 @@ async def mount_spine(
     ):
         if not ctx.has(service):
             fibers.append(await ctx.plugin(plugin, config))
-    if store is not None and not ctx.has("session_store"):
+    if store is not None and not ctx.has(SESSION_STORE):
         fibers.append(await mount_store(ctx, store, base_dir=store_base_dir))
     if not ctx.has("agent_loop"):
         fibers.append(await ctx.plugin(loop_plugin, dict(loop_config or {})))
@@ -156,7 +161,7 @@ class _StoreObject:
     def apply(self, ctx: Context, config: object = None) -> None:
         from dsh.persistence.coordinator import mount_coordinator
 
-        ctx.provide("session_store", self.store)
+        ctx.provide(SESSION_STORE, self.store)
         mount_coordinator(ctx, self.store, close_store=False)
 
 
@@ -227,5 +232,4 @@ async def open_store(
     ctx = Context()
     base = Path(config).resolve().parent if config else None
     await load_plugins(ctx, [entry], base_dir=base)
-    store: SessionStore = ctx.session_store
-    return OpenedStore(store, ctx)
+    return OpenedStore(ctx.require(SESSION_STORE), ctx)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dsh import _json
-from dsh.runtime import AbortController, Context
+from dsh.runtime import AbortController, Context, ServiceKey
 from dsh.session import Session
 
 log = logging.getLogger("dsh.agent")
@@ -219,7 +219,7 @@ class AgentRegistry:
 
     @staticmethod
     def apply(ctx: Context, config: object = None) -> None:
-        ctx.provide("agents", AgentRegistry(ctx))
+        ctx.provide(AGENTS, AgentRegistry(ctx))
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -248,6 +248,10 @@ class AgentRegistry:
 
     def __len__(self) -> int:
         return len(self._agents)
+
+
+AGENTS: ServiceKey[AgentRegistry] = ServiceKey("agents")
+"""The agent registry service (``ctx.require(AGENTS)``)."""
 
 
 def apply(ctx: Context, config: object = None) -> None:

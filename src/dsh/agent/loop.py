@@ -35,7 +35,7 @@ from dsh import _json
 from dsh.agent.agent import Agent, AgentOptions, QueuedMessage
 from dsh.llm.assembler import ChunkAssembler
 from dsh.llm.types import LlmRequest
-from dsh.runtime import AbortController, AbortSignal, Context
+from dsh.runtime import AbortController, AbortSignal, Context, ServiceKey
 from dsh.session import SURFACE_TYPES, Event, Session, project
 
 log = logging.getLogger("dsh.agent")
@@ -821,6 +821,10 @@ def _header_key(header: Mapping[str, Any]) -> tuple[Any, ...]:
         None if tools is None else _json.dumps(tools),
         None if prefix is None else _json.dumps(prefix),
     )
+
+
+AGENT_LOOP: ServiceKey[AgentLoop] = ServiceKey("agent_loop")
+"""The agent loop service (``ctx.require(AGENT_LOOP)``)."""
 
 
 async def apply(ctx: Context, config: Config) -> None:

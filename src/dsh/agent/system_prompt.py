@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dsh.runtime import Context
+from dsh.runtime import Context, ServiceKey
 
 name = "system-prompt"
 
@@ -80,7 +80,11 @@ def _substitute(section: Section, variables: Mapping[str, str | None]) -> str:
     return _VARIABLE.sub(replace, section.text)
 
 
+SYSTEM_PROMPT: ServiceKey[SystemPrompt] = ServiceKey("system_prompt")
+"""The system prompt service (``ctx.require(SYSTEM_PROMPT)``)."""
+
+
 def apply(ctx: Context, config: object = None) -> None:
     prompt = SystemPrompt()
     prompt.add_section("harness:identity", IDENTITY_TEXT, order=-100)
-    ctx.provide("system_prompt", prompt)
+    ctx.provide(SYSTEM_PROMPT, prompt)
