@@ -1,4 +1,4 @@
-"""Event bus semantics of ``dsh.runtime.Context`` (contracts §3.2)."""
+"""Event bus semantics of ``dsh.runtime.Context`` (docs/agent-loop.md)."""
 
 from __future__ import annotations
 

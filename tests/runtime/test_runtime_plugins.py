@@ -1,4 +1,4 @@
-"""Plugin host: fibers, services, dependency gating, config validation, rollback (contracts §6)."""
+"""Plugin host: fibers, services, dependency gating, config validation, rollback (docs/plugins.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Agents and the agent registry (``ctx.agents``).
 
 Owns :class:`Agent` (its queues, status, cancel marker and the ``send``/``steer``/``inject``/
-``cancel``/``when_idle`` surface of contracts §3.1) and :class:`AgentRegistry`. The driver that
+``cancel``/``when_idle`` surface described in docs/agent-loop.md) and :class:`AgentRegistry`. The driver that
 turns queued prompts into turns lives in :mod:`dsh.agent.loop`.
 """
 

@@ -80,7 +80,7 @@ class SessionService:
         return list(self._live.values())
 
     def fork(self, source_id: str, boundary: int | None = None, child_id: str | None = None) -> Session:
-        """Seed a child from a live session's events up to a ``turn/end`` (contracts §1.7)."""
+        """Seed a child from a live session's events up to a ``turn/end`` (docs/surface-and-derivation.md)."""
         source = self._live.get(source_id)
         if source is None:
             raise ForkError(f'session "{source_id}" not found', "SESSION_NOT_FOUND")

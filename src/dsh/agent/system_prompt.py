@@ -2,7 +2,7 @@
 
 Sections are sorted by ``order`` and joined with a blank line; empty sections are dropped. Text
 may use ``{{name}}`` variables; an unknown or valueless variable raises, which fails the turn
-with a message naming it (contracts §3.6).
+with a message naming it (docs/agent-loop.md).
 """
 
 from __future__ import annotations

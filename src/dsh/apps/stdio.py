@@ -4,7 +4,7 @@ Owns the app plugin (it mounts the agent spine, a session store unless one is al
 and agent ``main`` on ``main-session-<uuid4>`` with the process cwd) and the two front ends:
 
 - **plain mode** (stdin or stdout not a TTY, ``NO_COLOR`` or ``--plain``): exactly the
-  reference's rendering (contracts §7.2); nothing but the transcript on stdout;
+  reference's rendering (docs/stdio.md); nothing but the transcript on stdout;
 - **terminal mode**: the same transcript with line editing and history, colour, a "waiting for
   the model…" indicator until the first token, and each time reading shown as a dim note so the
   user sees what the model was told. Ctrl-C cancels a running turn; at an idle prompt it exits.
@@ -57,7 +57,7 @@ def _tool_result_text(data: dict[str, Any]) -> str:
 
 
 class Renderer:
-    """Turns session events into transcript text (contracts §7.2)."""
+    """Turns session events into transcript text (docs/stdio.md)."""
 
     def __init__(self, ctx: Context, write: Callable[[str], None], *, colour: bool, prompt: str = "\n> ") -> None:
         self._ctx = ctx
