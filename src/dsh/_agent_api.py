@@ -189,7 +189,8 @@ class Agent:
 
     async def run_stream(self, prompt: Prompt, *, session_id: str | None = None) -> AsyncIterator[Event]:
         """Yield every event the run appends, as it is appended (streamed ``assistant/chunk``
-        events included). Closing the iterator early cancels the turn (it ends ``aborted``).
+        events included). Closing the iterator early cancels the turn if it is still running (it
+        ends ``aborted``).
         Raises :class:`dsh.RunError` at the end when the turn ended in error."""
         async for item in self._stream(prompt, session_id, []):
             if isinstance(item, Event):

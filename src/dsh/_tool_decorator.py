@@ -232,7 +232,7 @@ def _output(result: object) -> ToolOutput:
         return result
     if isinstance(result, tuple):
         return list(result)
-    # Any other JSON value: its compact JSON as one text block.
+    # Other JSON values: their compact JSON as one text block.
     try:
         return msgspec.json.encode(result).decode()
     except TypeError:

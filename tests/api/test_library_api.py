@@ -232,3 +232,16 @@ async def test_postgres_store_string_resumes(tmp_path: Path) -> None:
         await cleaner._ensure_runtime()
         await cleaner._runtime.ctx.session_store.remove(session_id)  # type: ignore[union-attr]
     assert store.kind == "postgres"
+
+
+async def test_leaving_run_stream_early_cancels_the_running_turn(tmp_path: Path) -> None:
+    model = ScriptedAdapter([Reply(text="a slow reply", deltas=6, delay=0.05), "next"])
+    async with dsh.Agent(model=model, store=str(tmp_path), time_context=False) as agent:
+        async for event in agent.run_stream("hi", session_id="s"):
+            if event.type == "assistant/chunk":
+                break
+        after = await agent.run("again", session_id="s")
+    assert after.text == "next"
+    (log_file,) = tmp_path.glob("cwd-*/s.jsonl")
+    reasons = [e["data"]["reason"] for e in _log(log_file) if e["type"] == "turn/end"]
+    assert reasons == [{"kind": "aborted", "reason": "run_stream closed"}, {"kind": "completed"}]

@@ -444,7 +444,7 @@ class Context:
             fiber = fiber.parent
         return fiber.ctx
 
-    def has(self, name: str | ServiceKey[Any]) -> bool:
+    def has(self, name: str | ServiceKey[object]) -> bool:
         """Whether service ``name`` (a name or a :class:`ServiceKey`) is currently provided."""
         return _service_name(name) in self._host.services
 
@@ -457,7 +457,7 @@ class Context:
     @overload
     def get(self, name: str, default: Any = None) -> Any: ...
 
-    def get(self, name: str | ServiceKey[Any], default: Any = None) -> Any:
+    def get(self, name: str | ServiceKey[object], default: Any = None) -> Any:
         """Service ``name`` or ``default``; with a :class:`ServiceKey` the result is typed."""
         entry = self._host.services.get(_service_name(name))
         return default if entry is None else entry.value
@@ -476,7 +476,7 @@ class Context:
     @overload
     def provide(self, name: str, service: object) -> None: ...
 
-    def provide(self, name: str | ServiceKey[Any], service: object) -> None:
+    def provide(self, name: str | ServiceKey[object], service: object) -> None:
         """Publish ``service`` as ``ctx.<name>``, owned by this view's fiber.
 
         Providing a name that another live fiber provides is an error (two plugins silently
@@ -563,7 +563,7 @@ class Context:
     def on(self, event: str, listener: Listener, *, prepend: bool = False) -> Callable[[], None]: ...
 
     def on(
-        self, event: str | Hook[Any] | Chain[Any, Any], listener: Listener, *, prepend: bool = False
+        self, event: str | Hook[object] | Chain[object, object], listener: Listener, *, prepend: bool = False
     ) -> Callable[[], None]:
         """Register ``listener`` (plain or async) for ``event``; returns a remover.
 
@@ -610,7 +610,7 @@ class Context:
     @overload
     async def serial(self, event: str, *args: Any) -> Any: ...
 
-    async def serial(self, event: str | Hook[Any], *args: Any) -> Any:
+    async def serial(self, event: str | Hook[object], *args: Any) -> Any:
         """Await listeners in order. An exception propagates and stops the dispatch; a result
         other than ``None``/``False`` stops it and is returned (else ``None``)."""
         event, args = _dispatch_args(event, args)
@@ -640,7 +640,7 @@ class Context:
     @overload
     async def waterfall(self, event: str, *args: Any, default: Callable[[], T]) -> T: ...
 
-    async def waterfall(self, event: str | Chain[Any, Any], *args: Any, default: Callable[[], Any]) -> Any:
+    async def waterfall(self, event: str | Chain[object, object], *args: Any, default: Callable[[], Any]) -> Any:
         """Middleware chain: each listener is called ``listener(*args, next)``; ``await next()``
         runs the rest of the chain, which ends in ``default()`` (plain or async). Returns the
         chain's result."""
@@ -668,7 +668,7 @@ class Context:
     @overload
     async def parallel(self, event: str, *args: Any) -> None: ...
 
-    async def parallel(self, event: str | Hook[Any], *args: Any) -> None:
+    async def parallel(self, event: str | Hook[object], *args: Any) -> None:
         """Run all listeners concurrently and wait for all of them; if any failed, raise the
         first failure (in listener order) once every listener has settled."""
         event, args = _dispatch_args(event, args)
@@ -692,7 +692,7 @@ class Context:
     @overload
     def emit(self, event: str, *args: Any) -> None: ...
 
-    def emit(self, event: str | Hook[Any], *args: Any) -> None:
+    def emit(self, event: str | Hook[object], *args: Any) -> None:
         """Fire and forget: call listeners synchronously; a listener's exception is logged, and a
         coroutine result runs as a task whose failure is logged."""
         event, args = _dispatch_args(event, args)
@@ -708,17 +708,19 @@ class Context:
             if inspect.isawaitable(result):
                 self._host.spawn(result, what)
 
-    def listeners(self, event: str | Hook[Any] | Chain[Any, Any]) -> int:
+    def listeners(self, event: str | Hook[object] | Chain[object, object]) -> int:
         """How many listeners are registered for ``event`` (all scopes); for diagnostics."""
         name = event if isinstance(event, str) else event.name
         return len(self._host.hooks.get(name, ()))
 
 
-def _service_name(name: str | ServiceKey[Any]) -> str:
+def _service_name(name: str | ServiceKey[object]) -> str:
     return name.name if isinstance(name, ServiceKey) else name
 
 
-def _dispatch_args(event: str | Hook[Any] | Chain[Any, Any], args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+def _dispatch_args(
+    event: str | Hook[object] | Chain[object, object], args: tuple[object, ...]
+) -> tuple[str, tuple[object, ...]]:
     """A typed dispatch ``(hook, payload)`` as the positional arguments every listener list
     holds; a string dispatch unchanged."""
     if isinstance(event, str):
@@ -728,8 +730,8 @@ def _dispatch_args(event: str | Hook[Any] | Chain[Any, Any], args: tuple[Any, ..
     return event.name, event.args(args[0])
 
 
-def _payload_listener(event: Hook[Any] | Chain[Any, Any], listener: Listener) -> Listener:
-    def call(*args: Any) -> Any:
+def _payload_listener(event: Hook[object] | Chain[object, object], listener: Listener) -> Listener:
+    def call(*args: object) -> object:
         payload, rest = event.build(args)
         return listener(payload, *rest)
 

@@ -23,7 +23,7 @@ import dataclasses
 import difflib
 import importlib
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 __all__ = [
     "HOOK_MODULES",
@@ -36,9 +36,10 @@ __all__ = [
     "declared_hooks",
 ]
 
-T = TypeVar("T")
-P = TypeVar("P")
-R = TypeVar("R")
+# Covariant: a key or hook only ever hands its type out (payloads are checked at run time).
+T = TypeVar("T", covariant=True)
+P = TypeVar("P", covariant=True)
+R = TypeVar("R", covariant=True)
 
 # Namespace -> the module that declares its hooks (imported when a name in it is first checked).
 HOOK_MODULES: Mapping[str, str] = {
@@ -47,7 +48,7 @@ HOOK_MODULES: Mapping[str, str] = {
     "llm": "dsh.llm.hooks",
 }
 
-_DECLARED: dict[str, Hook[Any] | Chain[Any, Any]] = {}
+_DECLARED: dict[str, _Declared[object]] = {}
 
 
 class MissingServiceError(AttributeError):
@@ -87,9 +88,9 @@ class _Declared(Generic[P]):
         existing = _DECLARED.get(name)
         if existing is not None and existing.payload is not payload:
             raise ValueError(f'hook "{name}" is already declared with {existing.payload.__qualname__}')
-        _DECLARED[name] = self  # type: ignore[assignment]
+        _DECLARED[name] = self
 
-    def args(self, payload: P) -> tuple[object, ...]:
+    def args(self, payload: object) -> tuple[object, ...]:
         """The positional arguments a dispatch of ``payload`` passes to string listeners."""
         if not isinstance(payload, self.payload):
             raise TypeError(
@@ -115,7 +116,7 @@ class Chain(_Declared[P], Generic[P, R]):
     runs the rest of the chain)."""
 
 
-def declared_hooks() -> dict[str, Hook[Any] | Chain[Any, Any]]:
+def declared_hooks() -> dict[str, _Declared[object]]:
     """Every hook declared so far, by name."""
     return dict(_DECLARED)
 
