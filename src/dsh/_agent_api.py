@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, TypeAlias
 from dsh.agent.loop import AGENT_LOOP
 from dsh.agent.sessions import SESSIONS
 from dsh.agent.system_prompt import SYSTEM_PROMPT
-from dsh.compose import SESSION_STORE, mount_spine, mount_store
+from dsh.compose import SESSION_STORE, mount_spine, mount_store, store_entry
 from dsh.errors import RunError
 from dsh.llm.service import LLM
 from dsh.llm.types import Adapter
 from dsh.runtime import Context
+from dsh.runtime.loader import PluginEntry
 from dsh.session import Event, Session
 from dsh.tools.registry import TOOLS
 from dsh.tools.types import Tool
@@ -135,10 +136,11 @@ class Agent:
                 raise ValueError("model must be a non-empty model name or an adapter")
         elif not callable(getattr(model, "stream", None)):
             raise TypeError("model must be a model name or an adapter with stream(request)")
-        if store is not None and isinstance(store, (str, os.PathLike)):
-            from dsh.compose import store_entry
-
-            store_entry(store)  # a bad spec fails here, not at the first run
+        # A spec is parsed (and a relative path resolved) now: a bad spec fails here, not at the
+        # first run, and a later chdir does not move the sessions.
+        self._store: PluginEntry | SessionStore | None = (
+            store_entry(store) if isinstance(store, (str, os.PathLike)) else store
+        )
         self.model = model
         self.model_name = model if isinstance(model, str) else str(getattr(model, "model", None) or "custom")
         self.instructions = instructions
@@ -288,8 +290,8 @@ class Agent:
         if self.max_steps_per_turn is not None:
             loop_config["maxStepsPerTurn"] = self.max_steps_per_turn
         await mount_spine(ctx, loop_config=loop_config)
-        if self.store is not None:
-            await mount_store(ctx, self.store)
+        if self._store is not None:
+            await mount_store(ctx, self._store)
         if isinstance(self.model, str):
             await self._mount_model(ctx, self.model)
         else:

@@ -245,3 +245,13 @@ async def test_leaving_run_stream_early_cancels_the_running_turn(tmp_path: Path)
     (log_file,) = tmp_path.glob("cwd-*/s.jsonl")
     reasons = [e["data"]["reason"] for e in _log(log_file) if e["type"] == "turn/end"]
     assert reasons == [{"kind": "aborted", "reason": "run_stream closed"}, {"kind": "completed"}]
+
+
+def test_a_bad_store_spec_fails_when_the_agent_is_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(dsh.UsageError, match='unknown scheme "mysql"'):
+        dsh.Agent(store="mysql://h/db")
+    monkeypatch.chdir(tmp_path)
+    agent = dsh.Agent(store="rel", time_context=False)  # resolved now, against this folder
+    monkeypatch.chdir("/")
+    agent.run_sync("hi", session_id="here")
+    assert list((tmp_path / "rel").glob("cwd-*/here.jsonl"))
