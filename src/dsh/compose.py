@@ -22,15 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dsh.agent import agent as agents_plugin
-from dsh.agent import loop as loop_plugin
-from dsh.agent import sessions as sessions_plugin
-from dsh.agent import system_prompt as system_prompt_plugin
 from dsh.errors import UsageError
-from dsh.llm import service as llm_plugin
 from dsh.runtime import Context, Fiber, ServiceKey
 from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins, resolve_plugin
-from dsh.tools import registry as tools_plugin
 
 if TYPE_CHECKING:
     from dsh.persistence.base import SessionStore
@@ -84,6 +78,14 @@ async def mount_spine(
     registry or store). ``store`` is mounted before the loop, so a resume finds it; without one
     nothing is persisted.
     """
+    # Imported here: `dsh sessions` and other store-only users never load the agent spine.
+    from dsh.agent import agent as agents_plugin
+    from dsh.agent import loop as loop_plugin
+    from dsh.agent import sessions as sessions_plugin
+    from dsh.agent import system_prompt as system_prompt_plugin
+    from dsh.llm import service as llm_plugin
+    from dsh.tools import registry as tools_plugin
+
     fibers: list[Fiber] = []
     for plugin, service, config in (
         (sessions_plugin, "sessions", None),

@@ -20,7 +20,6 @@ runtime does not depend on the packages above it.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 from collections.abc import Mapping
 from typing import Generic, TypeVar
@@ -130,6 +129,8 @@ def check_declared(name: str) -> None:
         importlib.import_module(module)
         if name in _DECLARED:
             return
+    import difflib  # only on the error path
+
     close = difflib.get_close_matches(name, list(_DECLARED), n=1)
     hint = f' (did you mean "{close[0]}"?)' if close else " (declare it with dsh.runtime.Hook)"
     raise UndeclaredHookError(f'no hook "{name}" is declared{hint}')
