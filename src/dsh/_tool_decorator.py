@@ -24,7 +24,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, ParamSpec, TypeVar, overload
 
@@ -208,7 +208,9 @@ def _make_tool(
         if call_param is not None:
             kwargs[call_param] = call
         if is_async:
-            result = await typing.cast(Callable[..., Awaitable[object]], fn)(**kwargs)
+            result = fn(**kwargs)
+            if inspect.isawaitable(result):
+                result = await result
         else:
             result = await asyncio.to_thread(fn, **kwargs)
         return _output(result)
