@@ -81,7 +81,7 @@ def _num(value: float | None) -> str:
 
 
 def rows(results: dict[str, Any]) -> list[Row]:
-    """The table rows for whatever workloads ran, with the anchors of benchmark-anchors.md."""
+    """The table rows for whatever workloads ran, with the reference anchors (see BENCHMARKS.md)."""
     out: list[Row] = []
     r = results.get("resume_100k")
     if r:

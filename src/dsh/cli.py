@@ -28,27 +28,18 @@ from dsh.apps import mcp_cmd, pipes
 from dsh.apps import sessions as sessions_view
 from dsh.apps.escape import escape_controls
 from dsh.apps.store_check import StoreUnwritable
+from dsh.compose import APP_NAMES, DEFAULT_ROOT, STORE_NAMES
+from dsh.compose import open_store as open_store_by_options
+from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore, StoreError
 from dsh.runtime import ConfigError, Context
 from dsh.runtime.loader import LoadError, PluginEntry, load_config_file, load_plugins
 
 log = logging.getLogger("dsh")
 
-DEFAULT_ROOT = "./.sessions"
 ECHO_MODEL = "mock-echo"
-APP_NAMES = frozenset({"stdio-app", "dsh.apps.stdio"})
-STORE_NAMES = {
-    "jsonl-sessions": "jsonl",
-    "dsh.persistence.jsonl": "jsonl",
-    "sqlite-sessions": "sqlite",
-    "dsh.persistence.sqlite": "sqlite",
-    "postgres-sessions": "postgres",
-    "dsh.persistence.postgres": "postgres",
-}
-
-
-class UsageError(Exception):
-    """A mistake in how dsh was invoked or configured (exit 2)."""
+# UsageError, APP_NAMES, STORE_NAMES and DEFAULT_ROOT are re-exported for older imports.
+__all__ = ["APP_NAMES", "DEFAULT_ROOT", "STORE_NAMES", "UsageError", "build_parser", "main", "open_store"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -269,37 +260,15 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
 
 async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
     """The session store the ``sessions`` commands (and ``--continue``) read."""
-    ctx = Context()
-    kind, root, sqlite = args.store, args.root, args.sqlite
-    entry: PluginEntry | None = None
-    if getattr(args, "config", None) and not kind:
-        entries = [e for e in load_config_file(args.config) if not e.disabled]
-        stores = [e for e in entries if e.name in STORE_NAMES]
-        apps = [e for e in entries if e.name in APP_NAMES]
-        if stores:
-            entry = stores[-1]
-            check_store_flags(None, args, mounted=entry.id)
-        elif apps:
-            # The app's own store, with its paths resolved as the app resolves them (cwd).
-            app = apps[0].config or {}
-            kind = app.get("store", "jsonl")
-            root = root or app.get("persistenceRoot")
-            sqlite = sqlite or app.get("sqlitePath")
-    if entry is None:
-        kind = kind or "jsonl"
-        check_store_flags(kind, args)
-        folder = Path(root or DEFAULT_ROOT).expanduser().resolve()
-        if kind == "jsonl":
-            entry = PluginEntry("store", "jsonl-sessions", {"root": str(folder)})
-        elif kind == "sqlite":
-            path = Path(sqlite).expanduser().resolve() if sqlite else folder / "sessions.sqlite3"
-            entry = PluginEntry("store", "sqlite-sessions", {"path": str(path)})
-        else:
-            entry = PluginEntry("store", "postgres-sessions", {"dsn": args.dsn} if args.dsn else {})
-    base = Path(args.config).resolve().parent if getattr(args, "config", None) else None
-    await load_plugins(ctx, [entry], base_dir=base)
-    store: SessionStore = ctx.session_store
-    return store, ctx
+    opened = await open_store_by_options(
+        kind=args.store,
+        root=args.root,
+        sqlite=args.sqlite,
+        dsn=getattr(args, "dsn", None),
+        config=getattr(args, "config", None),
+        check=lambda kind, mounted: check_store_flags(kind, args, mounted=mounted),
+    )
+    return opened.store, opened.ctx
 
 
 async def newest_session_here(args: argparse.Namespace) -> str:

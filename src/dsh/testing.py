@@ -12,26 +12,18 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
-from dsh.agent import agent as agent_plugin
-from dsh.agent import loop as loop_plugin
-from dsh.agent import sessions as sessions_plugin
-from dsh.agent import system_prompt as system_prompt_plugin
-from dsh.llm import service as llm_plugin
-from dsh.llm.types import LlmRequest
+from dsh.compose import mount_spine
+from dsh.llm.service import LLM
+from dsh.llm.types import FinishReason, LlmRequest, StreamChunk, TokenUsage
 from dsh.runtime import Context, Fiber
 from dsh.session import DerivedMessages
-from dsh.tools import registry as tools_plugin
 
 
 async def mount_agent_loop(ctx: Context, *, loop_config: Mapping[str, Any] | None = None) -> list[Fiber]:
     """Mount the in-memory agent spine on ``ctx``; returns the fibers in mount order."""
-    fibers = []
-    for plugin in (sessions_plugin, llm_plugin, tools_plugin, system_prompt_plugin, agent_plugin):
-        fibers.append(await ctx.plugin(plugin))
-    fibers.append(await ctx.plugin(loop_plugin, dict(loop_config or {})))
-    return fibers
+    return await mount_spine(ctx, loop_config=loop_config)
 
 
 @dataclass
@@ -47,8 +39,8 @@ class Reply:
     text: str = ""
     tool_calls: Sequence[tuple[str, str, Mapping[str, Any] | str]] = ()
     reasoning: str = ""
-    finish: Mapping[str, Any] | None = None
-    usage: Mapping[str, Any] | None = field(default_factory=lambda: {"inputTokens": 10, "outputTokens": 5})
+    finish: FinishReason | None = None
+    usage: TokenUsage | None = field(default_factory=lambda: TokenUsage(inputTokens=10, outputTokens=5))
     deltas: int = 1
     delay: float = 0.0
     error: BaseException | None = None
@@ -71,8 +63,7 @@ class ScriptedAdapter:
 
     def register(self, ctx: Context, *models: str) -> Callable[[], None]:
         """Serve ``models`` (default ``scripted``) on ``ctx.llm``; returns the unregister."""
-        unregister: Callable[[], None] = ctx.llm.register_adapter(list(models) or ["scripted"], self)
-        return unregister
+        return ctx.require(LLM).register_adapter(list(models) or ["scripted"], self)
 
     @property
     def pending(self) -> int:
@@ -92,7 +83,7 @@ class ScriptedAdapter:
             return item
         return item(request)
 
-    async def stream(self, request: LlmRequest) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, request: LlmRequest) -> AsyncIterator[StreamChunk]:
         messages = request.messages
         if not isinstance(messages, DerivedMessages):
             # A session's derived-message snapshot is immutable already and is kept as is;
@@ -109,7 +100,8 @@ class ScriptedAdapter:
                     await asyncio.sleep(reply.delay)
                 if isinstance(item, BaseException):
                     raise item
-                yield dict(item)
+                # Verbatim, possibly malformed on purpose: the test decides what the model sends.
+                yield cast(StreamChunk, dict(item))
             return
         index = 0
         if reply.reasoning:
@@ -136,9 +128,11 @@ class ScriptedAdapter:
             }
             index += 1
         if reply.usage is not None:
-            yield {"type": "usage", "usage": dict(reply.usage)}
-        finish = reply.finish or {"kind": "tool-calls" if reply.tool_calls else "stop"}
-        yield {"type": "finish", "reason": dict(finish)}
+            yield {"type": "usage", "usage": reply.usage.copy()}
+        finish: FinishReason = reply.finish or (
+            {"kind": "tool-calls"} if reply.tool_calls else {"kind": "stop"}
+        )
+        yield {"type": "finish", "reason": finish.copy()}
 
 
 def _split(text: str, pieces: int) -> list[str]:

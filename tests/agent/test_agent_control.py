@@ -1,4 +1,4 @@
-"""Agent control: cancel, steer, inject, when_idle, status, disposal and flushing (§3.1, §3.3)."""
+"""Agent control: cancel, steer, inject, when_idle, status, disposal and flushing (docs/agent-loop.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The agent loop's turn and step order (contracts §3.4, §3.5) with real components."""
+"""The agent loop's turn and step order (docs/agent-loop.md) with real components."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The store contract (contracts §2.1), run against every backend: JSONL, SQLite, PostgreSQL."""
+"""The store contract (docs/stores.md), run against every backend: JSONL, SQLite, PostgreSQL."""
 
 from __future__ import annotations
 

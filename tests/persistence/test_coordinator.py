@@ -1,4 +1,4 @@
-"""The write coordinator (contracts §2.2) driven through the real runtime and sessions service."""
+"""The write coordinator (docs/stores.md) driven through the real runtime and sessions service."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""time-context: readings, baselines, scheduling, config and metadata (RFC + contracts §0).
+"""time-context: readings, baselines, scheduling, config and metadata (docs/time-context.md).
 
 Every case runs the real plugin, mounted with ``ctx.plugin(time_context, config)`` on a ``Context``
 with the agent spine, against a real agent and session, firing through
@@ -301,7 +301,7 @@ async def test_later_step_baseline_stops_at_this_turns_start(rig: Rig) -> None:
 
 
 async def test_later_step_baseline_quirk_without_a_matching_turn_start(rig: Rig) -> None:
-    """The scan stops only at ``turn/start`` of the *same* number (contracts §0.3, quirk)."""
+    """The scan stops only at ``turn/start`` of the *same* number (docs/time-context.md)."""
     await rig.load()
     agent = rig.agent()
     rig.open_turn(agent, 1)

@@ -1,4 +1,4 @@
-"""The constant-time ``ReadingIndex`` agrees with a literal backward scan (contracts §0.3).
+"""The constant-time ``ReadingIndex`` agrees with a literal backward scan (docs/time-context.md).
 
 Hypothesis drives random logs: turns with missing, repeated, non-integer or malformed
 ``turn/start`` numbers, every message type from every kind of source (readings of other plugins
@@ -94,7 +94,7 @@ def naive_reading_in_turn(events: list[Event], turn: int) -> int | None:
 
 
 def naive_attempt(events: list[Event], turn: int, step: int, now: int, interval: int) -> str | None:
-    """§0.3 steps 2-5: the reading text, or ``None`` when the interval suppresses it."""
+    """docs/time-context.md, "When a reading is taken" steps 2-5: the reading text, or ``None`` when the interval suppresses it."""
     if interval > 0:
         last = naive_last_reading(events)
         if last is not None and now >= last and now - last < interval:

@@ -10,7 +10,7 @@
   the store API) and checks the crash-consistency contract; it returns a :class:`Trial` whose
   ``failures`` list is empty when everything held.
 - :func:`expected_closers` is an independent implementation of the reference's crash repair
-  (contracts §1.8), used as the oracle.
+  (docs/surface-and-derivation.md), used as the oracle.
 - :func:`build_base_log` makes a realistic, deterministic session log in-process (three turns,
   two of them calling tools) for the corruption tests; :func:`corrupt` applies one corruption and
   :func:`check_corrupt_load` is the corruption oracle.
@@ -374,7 +374,7 @@ def committed_count(lines: list[bytes]) -> int:
     return 0
 
 
-# -- the crash-repair oracle (contracts §1.8, written independently of dsh.session.repair) ------
+# -- the crash-repair oracle (docs/surface-and-derivation.md, written independently of dsh.session.repair) ------
 
 
 def expected_closers(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -488,7 +488,7 @@ def check_resumed(before: Snapshot, after: Snapshot, *, resumed_by: str | None) 
         elif rest[-1]["type"] != "turn/end" or rest[-1]["data"]["reason"] != {"kind": "completed"}:
             problems.append(f"the resumed turn did not complete: {rest[-1:]}")
         headers = [e["data"]["reason"] for e in rest if e["type"] == "request/header"]
-        # Contracts §3.5: "initial" when the log had no earlier header, otherwise "resume".
+        # docs/format-v0.md: "initial" when the log had no earlier header, otherwise "resume".
         earlier = any(e["type"] == "request/header" for e in events[:kept])
         if headers[:1] != ["resume" if earlier else "initial"]:
             problems.append(f"the resumed run logged request headers {headers} (earlier header: {earlier})")

@@ -48,7 +48,7 @@ LITERAL = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-
 
 
 def _unstorable(session_id: str) -> bool:
-    """Empty, a lone surrogate, or longer than 200 characters once encoded (contracts §2.3)."""
+    """Empty, a lone surrogate, or longer than 200 characters once encoded (docs/stores.md)."""
     if not session_id or any(0xD800 <= ord(c) <= 0xDFFF for c in session_id):
         return True
     units = len(session_id.encode("utf-16-le")) // 2

@@ -1,4 +1,4 @@
-"""Event bus semantics of ``dsh.runtime.Context`` (contracts §3.2)."""
+"""Event bus semantics of ``dsh.runtime.Context`` (docs/agent-loop.md)."""
 
 from __future__ import annotations
 
@@ -266,16 +266,16 @@ async def test_scoped_listeners_only_see_their_subject() -> None:
     ctx = Context()
     a, b = object(), object()
     seen: list[tuple[str, object]] = []
-    ctx.scoped(a).on("agent/x", lambda s: seen.append(("a", s)))
-    ctx.scoped(b).on("agent/x", lambda s: seen.append(("b", s)))
-    ctx.on("agent/x", lambda s: seen.append(("global", s)))
-    await ctx.serial("agent/x", a)
+    ctx.scoped(a).on("scoped", lambda s: seen.append(("a", s)))
+    ctx.scoped(b).on("scoped", lambda s: seen.append(("b", s)))
+    ctx.on("scoped", lambda s: seen.append(("global", s)))
+    await ctx.serial("scoped", a)
     assert seen == [("a", a), ("global", a)]
     seen.clear()
-    ctx.emit("agent/x", b)
+    ctx.emit("scoped", b)
     assert seen == [("b", b), ("global", b)]
     seen.clear()
-    await ctx.parallel("agent/x", None)  # another subject: only the global listener matches
+    await ctx.parallel("scoped", None)  # another subject: only the global listener matches
     assert seen == [("global", None)]
 
 

@@ -1,4 +1,4 @@
-"""The YAML plugin-list loader, against real files (contracts §6)."""
+"""The YAML plugin-list loader, against real files (docs/plugins.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plugin host: fibers, services, dependency gating, config validation, rollback (contracts §6)."""
+"""Plugin host: fibers, services, dependency gating, config validation, rollback (docs/plugins.md)."""
 
 from __future__ import annotations
 
@@ -461,3 +461,43 @@ async def test_parent_disposed_while_child_applies() -> None:
     gate.set()
     await task  # the child's apply completes after disposal: nothing is left registered
     assert child.state == "disposed" and child._effects == {}
+
+
+@pytest.mark.parametrize(
+    ("thing", "message"),
+    [
+        (42, "42 is not a plugin: it has no name and apply(ctx, config)"),
+        (SimpleNamespace(name="nothing"), "'nothing' is not a plugin: it has no apply(ctx, config)"),
+        (SimpleNamespace(name="x", apply=3), "'x' is not a plugin: its apply is not callable"),
+        (
+            "dsh.plugins.time_context",
+            "'dsh.plugins.time_context' is not a plugin: it has no name and apply(ctx, config) "
+            "(load a plugin by name with dsh.runtime.resolve_plugin)",
+        ),
+    ],
+)
+async def test_a_non_plugin_is_one_line_naming_what_is_missing(thing: object, message: str) -> None:
+    from dsh.runtime import NotAPluginError
+
+    ctx = Context()
+    with pytest.raises(NotAPluginError) as caught:
+        await ctx.plugin(thing)
+    assert str(caught.value) == message
+    assert ctx.fiber.children == ()  # nothing registered
+
+
+async def test_a_class_whose_constructor_cannot_be_applied_is_refused_before_it_is_called() -> None:
+    from dsh.agent import Agent
+
+    with pytest.raises(TypeError, match=r"no apply\(ctx, config\) and its constructor does not take"):
+        await Context().plugin(Agent)
+
+
+async def test_agent_registry_is_the_plugin_that_provides_ctx_agents() -> None:
+    from dsh.agent import AgentRegistry
+
+    ctx = Context()
+    fiber = await ctx.plugin(AgentRegistry)
+    assert isinstance(ctx.agents, AgentRegistry) and fiber.name == "agents"
+    await fiber.dispose()
+    assert not ctx.has("agents")

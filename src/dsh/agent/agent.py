@@ -1,7 +1,7 @@
 """Agents and the agent registry (``ctx.agents``).
 
 Owns :class:`Agent` (its queues, status, cancel marker and the ``send``/``steer``/``inject``/
-``cancel``/``when_idle`` surface of contracts §3.1) and :class:`AgentRegistry`. The driver that
+``cancel``/``when_idle`` surface described in docs/agent-loop.md) and :class:`AgentRegistry`. The driver that
 turns queued prompts into turns lives in :mod:`dsh.agent.loop`.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dsh import _json
-from dsh.runtime import AbortController, Context
+from dsh.runtime import AbortController, Context, ServiceKey
 from dsh.session import Session
 
 log = logging.getLogger("dsh.agent")
@@ -212,7 +212,14 @@ class Agent:
 
 
 class AgentRegistry:
-    """The agents of a context, by id."""
+    """The agents of a context, by id. Also the plugin that provides it:
+    ``await ctx.plugin(AgentRegistry)`` mounts ``ctx.agents``."""
+
+    name = "agents"
+
+    @staticmethod
+    def apply(ctx: Context, config: object = None) -> None:
+        ctx.provide(AGENTS, AgentRegistry(ctx))
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -243,5 +250,9 @@ class AgentRegistry:
         return len(self._agents)
 
 
+AGENTS: ServiceKey[AgentRegistry] = ServiceKey("agents")
+"""The agent registry service (``ctx.require(AGENTS)``)."""
+
+
 def apply(ctx: Context, config: object = None) -> None:
-    ctx.provide("agents", AgentRegistry(ctx))
+    AgentRegistry.apply(ctx, config)

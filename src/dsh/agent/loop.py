@@ -1,7 +1,7 @@
 """The agent loop (``ctx.agent_loop``): drives turns and steps against the durable session.
 
-Owns the driver (one task per agent), the exact append order of a turn and a step (contracts
-§3.3–§3.5), request-header logging, tool execution order, turn-end reasons, flushing at every
+Owns the driver (one task per agent), the exact append order of a turn and a step
+(docs/agent-loop.md), request-header logging, tool execution order, turn-end reasons, flushing at every
 turn end, resume, and the request/derive invariant check used in development.
 
 Why steps run in a child task: cancellation must interrupt a stream or a tool that is not
@@ -10,7 +10,7 @@ A running tool first gets ``toolAbortGraceMs`` to honour its signal and report i
 a tool cut off after that still gets a ``tool/result`` (``Error: <reason>``, ``isError``), so
 every logged ``tool/call`` stays paired.
 
-Config (all optional): ``agents`` (config-driven agents, contracts §3.7), ``maxStepsPerTurn``
+Config (all optional): ``agents`` (config-driven agents, docs/agent-loop.md), ``maxStepsPerTurn``
 (the safety cap, default 64: past it the turn ends ``error`` with code ``MAX_STEPS``),
 ``toolAbortGraceMs`` (default 100), ``checkpointBeforeModel`` and ``checkpointBeforeTools``
 (default true: buffered events are written, without fsync, before each model call and before
@@ -37,7 +37,7 @@ from dsh import _json
 from dsh.agent.agent import Agent, AgentOptions, QueuedMessage
 from dsh.llm.assembler import ChunkAssembler
 from dsh.llm.types import LlmRequest
-from dsh.runtime import AbortController, AbortSignal, Context
+from dsh.runtime import AbortController, AbortSignal, Context, ServiceKey
 from dsh.session import SURFACE_TYPES, Event, Session, project
 
 log = logging.getLogger("dsh.agent")
@@ -835,6 +835,10 @@ def _header_key(header: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+AGENT_LOOP: ServiceKey[AgentLoop] = ServiceKey("agent_loop")
+"""The agent loop service (``ctx.require(AGENT_LOOP)``)."""
+
+
 async def apply(ctx: Context, config: Config) -> None:
     loop = AgentLoop(ctx, config)
     ctx.provide("agent_loop", loop)
@@ -844,7 +848,7 @@ async def apply(ctx: Context, config: Config) -> None:
             try:
                 await loop.resume(entry.id, entry.resume_session_id, model=entry.model)
             except Exception as exc:
-                # Contracts §3.7: a failed resume is logged and creates no agent.
+                # docs/agent-loop.md: a failed resume is logged and creates no agent.
                 log.error('agent "%s": cannot resume session "%s": %s', entry.id, entry.resume_session_id, exc)
         else:
             loop.create(entry.id, model=entry.model, cwd=entry.cwd or os.getcwd())

@@ -14,7 +14,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dsh import _clock
-from dsh.runtime import Context
+from dsh.agent.hooks import (
+    SESSION_CHECKPOINT,
+    SESSION_CREATED,
+    SESSION_DISPOSED,
+    SESSION_FLUSH,
+    SessionOnly,
+)
+from dsh.runtime import Context, ServiceKey
 from dsh.session import Event, ForkError, Session, fork_session
 
 name = "sessions"
@@ -59,10 +66,11 @@ class SessionService:
             raise ForkError(f'session "{session.id}" already exists', "SESSION_ALREADY_EXISTS")
         self._live[session.id] = session
         emit = self._ctx.emit
+        # session/event is on the append hot path: dispatched by name, without a payload object.
         self._unsubscribe[session.id] = session.subscribe(
             lambda s, event: emit("session/event", s, event)
         )
-        emit("session/created", session)
+        emit(SESSION_CREATED, SessionOnly(session))
         return session
 
     def get(self, session_id: str) -> Session | None:
@@ -72,7 +80,7 @@ class SessionService:
         return list(self._live.values())
 
     def fork(self, source_id: str, boundary: int | None = None, child_id: str | None = None) -> Session:
-        """Seed a child from a live session's events up to a ``turn/end`` (contracts §1.7)."""
+        """Seed a child from a live session's events up to a ``turn/end`` (docs/surface-and-derivation.md)."""
         source = self._live.get(source_id)
         if source is None:
             raise ForkError(f'session "{source_id}" not found', "SESSION_NOT_FOUND")
@@ -82,7 +90,7 @@ class SessionService:
 
     async def flush(self, session: Session) -> None:
         """The durability checkpoint: every ``session/flush`` listener runs and is awaited."""
-        await self._ctx.parallel("session/flush", session)
+        await self._ctx.parallel(SESSION_FLUSH, SessionOnly(session))
 
     async def checkpoint(self, session: Session) -> None:
         """Write what is buffered without forcing it to disk (``session/checkpoint``).
@@ -90,14 +98,14 @@ class SessionService:
         The loop checkpoints before each model call, so a process killed mid-call leaves the
         turn for crash repair instead of losing it; the turn-end flush makes it durable.
         """
-        await self._ctx.parallel("session/checkpoint", session)
+        await self._ctx.parallel(SESSION_CHECKPOINT, SessionOnly(session))
 
     async def dispose(self, session: Session) -> None:
         """Final drain, then forget the session."""
         if self._live.get(session.id) is not session:
             return
         try:
-            await self._ctx.parallel("session/disposed", session)
+            await self._ctx.parallel(SESSION_DISPOSED, SessionOnly(session))
         finally:
             self._live.pop(session.id, None)
             unsubscribe = self._unsubscribe.pop(session.id, None)
@@ -105,5 +113,9 @@ class SessionService:
                 unsubscribe()
 
 
+SESSIONS: ServiceKey[SessionService] = ServiceKey("sessions")
+"""The live-session service (``ctx.require(SESSIONS)``)."""
+
+
 def apply(ctx: Context, config: object = None) -> None:
-    ctx.provide("sessions", SessionService(ctx))
+    ctx.provide(SESSIONS, SessionService(ctx))

@@ -2,7 +2,7 @@
 
 Sections are sorted by ``order`` and joined with a blank line; empty sections are dropped. Text
 may use ``{{name}}`` variables; an unknown or valueless variable raises, which fails the turn
-with a message naming it (contracts §3.6).
+with a message naming it (docs/agent-loop.md).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dsh.runtime import Context
+from dsh.runtime import Context, ServiceKey
 
 name = "system-prompt"
 
@@ -48,6 +48,11 @@ class SystemPrompt:
 
         return remove
 
+    def remove_section(self, id: str) -> bool:
+        """Drop section ``id`` (e.g. ``harness:identity`` when instructions replace it); returns
+        whether it was there."""
+        return self._sections.pop(id, None) is not None
+
     def sections(self) -> list[Section]:
         return sorted(self._sections.values(), key=lambda s: s.order)
 
@@ -75,7 +80,11 @@ def _substitute(section: Section, variables: Mapping[str, str | None]) -> str:
     return _VARIABLE.sub(replace, section.text)
 
 
+SYSTEM_PROMPT: ServiceKey[SystemPrompt] = ServiceKey("system_prompt")
+"""The system prompt service (``ctx.require(SYSTEM_PROMPT)``)."""
+
+
 def apply(ctx: Context, config: object = None) -> None:
     prompt = SystemPrompt()
     prompt.add_section("harness:identity", IDENTITY_TEXT, order=-100)
-    ctx.provide("system_prompt", prompt)
+    ctx.provide(SYSTEM_PROMPT, prompt)

@@ -20,8 +20,10 @@ from typing import Any
 
 from dsh import _json, _zones
 from dsh.apps.escape import escape_controls
+from dsh.compose import open_store
+from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore, StoredSession, StoreError
-from dsh.session import DerivedMessages, Event, Session, encode_event
+from dsh.session import DerivedMessages, Event, Session, decode_event, encode_event
 
 
 def _time(ms: int, *, date: bool = False) -> str:
@@ -243,8 +245,6 @@ async def requests(store: SessionStore, args: argparse.Namespace) -> int:
         try:
             turn, step = (int(x) for x in args.step.split("."))
         except ValueError:
-            from dsh.cli import UsageError
-
             raise UsageError(f"--step must look like TURN.STEP (e.g. 2.1), got {args.step!r}") from None
         rebuilt = [r for r in rebuilt if r["turn"] == turn and r["step"] == step]
         if not rebuilt:
@@ -281,8 +281,6 @@ async def remove(store: SessionStore, args: argparse.Namespace) -> int:
     await store.read(args.id)  # a clear "not found" before asking
     if not args.yes:
         if not sys.stdin.isatty():
-            from dsh.cli import UsageError
-
             raise UsageError(f'refusing to remove session "{args.id}" without --yes (stdin is not a terminal)')
         answer = input(f'remove session "{args.id}"? [y/N] ').strip().lower()
         if answer not in ("y", "yes"):
@@ -312,9 +310,6 @@ async def export(store: SessionStore, args: argparse.Namespace) -> int:
 
 
 async def import_file(args: argparse.Namespace) -> int:
-    from dsh.cli import UsageError, open_store
-    from dsh.session import decode_event
-
     try:
         with open(args.file, "rb") as handle:
             raw = handle.read()
@@ -330,7 +325,10 @@ async def import_file(args: argparse.Namespace) -> int:
         Session.restore(str(header["id"]), events, header=header)
     except Exception as exc:
         raise StoreError(f"corrupt session log: {exc} ({args.file})") from None
-    store, ctx = await open_store(args)
+    opened = await open_store(
+        kind=args.store, root=args.root, sqlite=args.sqlite, dsn=args.dsn, config=args.config
+    )
+    store = opened.store
     try:
         await store.create(header)
         try:
@@ -339,6 +337,6 @@ async def import_file(args: argparse.Namespace) -> int:
         finally:
             await store.release(str(header["id"]))
     finally:
-        await ctx.dispose()
+        await opened.close()
     print(f"imported {header['id']} ({len(events)} events)")
     return 0

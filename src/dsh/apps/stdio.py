@@ -4,7 +4,7 @@ Owns the app plugin (it mounts the agent spine, a session store unless one is al
 and agent ``main`` on ``main-session-<uuid4>`` with the process cwd) and the two front ends:
 
 - **plain mode** (stdin or stdout not a TTY, ``NO_COLOR`` or ``--plain``): exactly the
-  reference's rendering (contracts §7.2); nothing but the transcript on stdout;
+  reference's rendering (docs/stdio.md); nothing but the transcript on stdout;
 - **terminal mode**: the same transcript with line editing and history, colour, a "waiting for
   the model…" indicator until the first token, and each time reading shown as a dim note so the
   user sees what the model was told. Ctrl-C cancels a running turn; at an idle prompt it exits.
@@ -22,23 +22,18 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
 
-from dsh.agent import agent as agents_plugin
 from dsh.agent import loop as loop_plugin
-from dsh.agent import sessions as sessions_plugin
-from dsh.agent import system_prompt as system_prompt_plugin
 from dsh.agent.agent import Agent
 from dsh.apps import pipes
 from dsh.apps.escape import escape_controls, keep
 from dsh.apps.store_check import check_writable
-from dsh.llm import service as llm_plugin
+from dsh.compose import app_store_entry, mount_spine
 from dsh.runtime import Context
 from dsh.session import Event, Session
-from dsh.tools import registry as tools_plugin
 
 name = "stdio-app"
 log = logging.getLogger("dsh.apps.stdio")
@@ -65,7 +60,7 @@ def _tool_result_text(data: dict[str, Any]) -> str:
 
 
 class Renderer:
-    """Turns session events into transcript text (contracts §7.2)."""
+    """Turns session events into transcript text (docs/stdio.md)."""
 
     def __init__(
         self,
@@ -194,6 +189,10 @@ class StdioApp:
         except Exception as exc:
             log.warning("compaction failed: %s", exc)
 
+    def renderer(self, write: Callable[[str], None], *, colour: bool, prompt: str) -> Renderer:
+        """A transcript renderer for a front end (terminal mode draws with one)."""
+        return Renderer(self.ctx, write, colour=colour, prompt=prompt)
+
     def set_stop_input(self, callback: Callable[[], None]) -> None:
         self._stop_input = callback
 
@@ -280,47 +279,23 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-_SPINE = (
-    (sessions_plugin, "sessions"),
-    (llm_plugin, "llm"),
-    (system_prompt_plugin, "system_prompt"),
-    (agents_plugin, "agents"),
-)
-
-
 async def apply(ctx: Context, config: Config) -> None:
-    # A composition may already mount parts of the spine (or a store): reuse what is there.
-    for plugin, service in _SPINE:
-        if not ctx.has(service):
-            await ctx.plugin(plugin)
-    if not ctx.has("tools"):
-        await ctx.plugin(tools_plugin, {"toolOrder": config.tool_order} if config.tool_order else None)
+    # A composition may already mount parts of the spine (or a store): mount_spine reuses them.
+    await mount_spine(
+        ctx,
+        tool_order=config.tool_order,
+        loop_config={"maxStepsPerTurn": config.max_steps_per_turn},
+        store=None
+        if ctx.has("session_store")
+        else app_store_entry(config.store, config.persistence_root, config.sqlite_path),
+    )
     if config.persona:
         ctx.defer(ctx.system_prompt.add_section("deployment:persona", config.persona, order=0))
-    if not ctx.has("session_store"):
-        await _mount_store(ctx, config)
     # Before any session exists: an unwritable store would lose the conversation at its first flush.
     check_writable(ctx.session_store)
-    if not ctx.has("agent_loop"):
-        await ctx.plugin(loop_plugin, {"maxStepsPerTurn": config.max_steps_per_turn})
     loop: loop_plugin.AgentLoop = ctx.agent_loop
     if config.resume_session_id:
         agent = await loop.resume("main", config.resume_session_id, model=config.model)
     else:
         agent = loop.create("main", model=config.model, cwd=os.getcwd())
     ctx.provide("stdio_app", StdioApp(ctx, config, agent))
-
-
-async def _mount_store(ctx: Context, config: Config) -> None:
-    root = Path(config.persistence_root).expanduser().resolve()
-    if config.store == "jsonl":
-        from dsh.persistence import jsonl
-
-        await ctx.plugin(jsonl, {"root": str(root)})
-    elif config.store == "sqlite":
-        from dsh.persistence import sqlite
-
-        path = Path(config.sqlite_path).expanduser().resolve() if config.sqlite_path else root / "sessions.sqlite3"
-        await ctx.plugin(sqlite, {"path": str(path)})
-    else:
-        raise ValueError(f'stdio-app: store must be "jsonl" or "sqlite", got "{config.store}"')

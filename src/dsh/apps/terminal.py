@@ -15,19 +15,56 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import Protocol, TextIO
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from rich.console import Console
 from rich.markup import escape
 
+from dsh.agent.agent import Agent
 from dsh.apps.escape import escape_controls
+from dsh.runtime import Context
 from dsh.session import Event, Session
 
-if TYPE_CHECKING:
-    from dsh.apps.stdio import StdioApp
+DIM, RESET = "\x1b[2m", "\x1b[0m"
+
+
+class _Renderer(Protocol):
+    on_first_token: Callable[[], None] | None
+    on_reading: Callable[[str], None] | None
+
+    def __call__(self, session: Session, event: Event) -> None: ...
+
+
+class _AppConfig(Protocol):
+    @property
+    def history_file(self) -> str | None: ...
+    @property
+    def persistence_root(self) -> str: ...
+    @property
+    def welcome(self) -> str: ...
+
+
+class TerminalApp(Protocol):
+    """What terminal mode needs from the app (``dsh.apps.stdio.StdioApp`` provides it); a
+    protocol, so this module does not import the app that imports it."""
+
+    @property
+    def ctx(self) -> Context: ...
+    @property
+    def config(self) -> _AppConfig: ...
+    @property
+    def agent(self) -> Agent: ...
+    @property
+    def session_id(self) -> str: ...
+
+    def renderer(self, write: Callable[[str], None], *, colour: bool, prompt: str) -> _Renderer: ...
+    def submit(self, line: str) -> str | None: ...
+    def set_stop_input(self, callback: Callable[[], None]) -> None: ...
+    async def settle(self) -> None: ...
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 CLEAR_LINE = "\r\x1b[K"
@@ -69,7 +106,7 @@ class _Writer:
         self._stdout.flush()
 
 
-def _history(app: StdioApp) -> FileHistory | InMemoryHistory:
+def _history(app: TerminalApp) -> FileHistory | InMemoryHistory:
     """Prompt history: ``historyFile``, else ``<persistenceRoot>/history`` (per project), 0600."""
     configured = app.config.history_file
     path = Path(configured or Path(app.config.persistence_root) / "history").expanduser()
@@ -82,13 +119,11 @@ def _history(app: StdioApp) -> FileHistory | InMemoryHistory:
     return FileHistory(str(path))
 
 
-async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
-    from dsh.apps.stdio import DIM, RESET, Renderer
-
+async def run_terminal(app: TerminalApp, stdout: TextIO) -> None:
     write = _Writer(stdout)
     console = Console(file=stdout, highlight=False, soft_wrap=True)
     spinner = _Spinner(write)
-    renderer = Renderer(app.ctx, write, colour=True, prompt="\n", sanitise=escape_controls)
+    renderer = app.renderer(write, colour=True, prompt="\n")  # sanitises by default
     renderer.on_first_token = spinner.stop
     renderer.on_reading = lambda text: write(f"{DIM}⏱ {text.replace(chr(10), ' · ')}{RESET}\n")
 

@@ -1,4 +1,4 @@
-"""dsh.llm: the LLM seam (harness-contracts §5).
+"""dsh.llm: the LLM seam (docs/llm.md).
 
 - :mod:`dsh.llm.types`: blocks, messages, stream chunks, usage, finish reasons, ``LlmRequest``,
   ``LlmError``;

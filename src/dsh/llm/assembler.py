@@ -1,6 +1,6 @@
 """The chunk assembler: turns a stream of chunks into content blocks, usage and a finish reason.
 
-This module owns the single canonical assembly algorithm (harness-contracts §5.1) that the agent
+This module owns the single canonical assembly algorithm (docs/llm.md) that the agent
 loop runs on every chunk while it logs the raw chunks:
 
 - blocks are kept in first-seen index order (whatever chunk first mentions the index);

@@ -1,4 +1,4 @@
-"""The keyless ``mock-echo`` model (harness-contracts §5.3), as the ``echo-llm`` plugin.
+"""The keyless ``mock-echo`` model (docs/llm.md), as the ``echo-llm`` plugin.
 
 This module owns :class:`MockEchoAdapter` and the plugin that registers it on ``ctx.llm``. Its
 chunk stream reproduces the reference mock byte for byte (see the ``stdio-tool-call`` fixture):

@@ -3,7 +3,7 @@
 This module owns :class:`OpenAICompatAdapter` and its plugin. Transport is the official
 ``openai`` SDK's ``AsyncOpenAI`` (its HTTP client, SSE decoding, retries, timeouts and error
 types); this module only maps dsh requests to the wire and wire chunks back to dsh chunks
-(harness-contracts §5.2):
+(docs/llm.md):
 
 - request: ``system`` first; a user message's text blocks concatenated with no separator; each
   ``tool-result`` as its own ``{role:'tool', tool_call_id, content}`` (``(no output)`` when empty);

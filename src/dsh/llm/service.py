@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from dsh.llm.types import Adapter, LlmError, LlmRequest, StreamChunk
+from dsh.runtime.keys import ServiceKey
 
 if TYPE_CHECKING:
     from dsh.runtime import Context
@@ -108,6 +109,10 @@ class LlmService:
             aclose: Any = getattr(iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+LLM: ServiceKey[LlmService] = ServiceKey("llm")
+"""The LLM service (``ctx.require(LLM)``)."""
 
 
 def apply(ctx: Context, config: object = None) -> None:

@@ -1,6 +1,6 @@
 """The LLM seam's vocabulary: content blocks, messages, stream chunks, usage, finish reasons.
 
-This module owns the *shapes* that cross the LLM seam (harness-contracts §5.1) and nothing else:
+This module owns the *shapes* that cross the LLM seam (docs/llm.md) and nothing else:
 
 - content blocks (``text``, ``reasoning``, ``tool-call``, ``tool-result``) and messages;
 - stream chunks (``block-start``, ``text-delta``, ``reasoning-delta``, ``tool-call-delta``,

@@ -103,9 +103,12 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
+from dsh.agent.hooks import AGENT_ERROR, PRE_STEP, AgentError, PreStep
+from dsh.agent.sessions import SESSIONS
 from dsh.llm.assembler import ChunkAssembler
+from dsh.llm.service import LLM
 from dsh.llm.types import LlmRequest
-from dsh.runtime import AbortSignal, Context
+from dsh.runtime import AbortSignal, Context, ServiceKey
 from dsh.session import SURFACE_TYPES, Event, Session
 
 if TYPE_CHECKING:
@@ -802,6 +805,13 @@ class Compactor:
 
     # -- the pre-step listener -------------------------------------------------------------
 
+    async def on_pre_step_hook(self, step: PreStep) -> None:
+        """The ``agent/pre-step`` listener: serve queued manual requests, then compact when
+        the pressure reaches the threshold."""
+        await self.on_pre_step(
+            step.agent, step.turn, step.step, step.system_prompt, step.session_prefix or (), step.signal
+        )
+
     async def on_pre_step(
         self,
         agent: Agent,
@@ -887,9 +897,7 @@ class Compactor:
         return _Plan(start, end, i, seqs, tokens, events[first].time, events[last].time)
 
     def _model(self, agent: Agent) -> str:
-        model = self.config.summarization_model or getattr(
-            getattr(agent, "options", None), "model", None
-        )
+        model = self.config.summarization_model or agent.options.model
         if not model:
             for event in reversed(agent.session.events):
                 if event.type == "request/header":
@@ -958,7 +966,7 @@ class Compactor:
 
         async def collect() -> ChunkAssembler:
             assembler = ChunkAssembler()
-            async for chunk in self._ctx.llm.stream(request):
+            async for chunk in self._ctx.require(LLM).stream(request):
                 if signal is not None and signal.aborted:
                     raise aborted()
                 assembler.push(chunk)
@@ -1073,13 +1081,13 @@ class Compactor:
         while True:
             if signal is not None and signal.aborted:
                 raise CompactionError(f"compaction aborted: {signal.reason}")
-            status = getattr(agent, "status", "idle")
+            status = agent.status
             if status == "disposed":
-                raise CompactionError(f'agent "{getattr(agent, "id", "?")}" is disposed')
+                raise CompactionError(f'agent "{agent.id}" is disposed')
             session = agent.session
-            driver = getattr(agent, "driver", None)
+            driver = agent.driver
             in_loop = driver is not None and asyncio.current_task() is driver
-            running = status == "running" or bool(getattr(agent, "queued", None))
+            running = status == "running" or bool(agent.queued)
             if session.open_turn is not None and (in_loop or not running):
                 return await self._compact_in_turn(agent, signal)
             if in_loop:
@@ -1177,12 +1185,7 @@ class Compactor:
             summary, content = await self._summarize(session, plan, model, signal)
         except Exception as exc:
             error = exc
-        status = getattr(agent, "status", "idle")
-        busy = (
-            session.open_turn is not None
-            or status == "running"
-            or bool(getattr(agent, "queued", None))
-        )
+        busy = session.open_turn is not None or agent.status == "running" or bool(agent.queued)
         if busy or not self._check_unchanged(session, plan):
             if error is not None:
                 raise error
@@ -1202,10 +1205,10 @@ class Compactor:
             reason = {"kind": "error", "step": 0, "message": message}
         session.append("turn/end", {"turn": turn, "reason": reason})
         try:
-            await self._ctx.sessions.flush(session)
+            await self._ctx.require(SESSIONS).flush(session)
         except Exception as exc:
             log.warning("session/flush failed after compaction turn %s: %s", turn, exc)
-            self._ctx.emit("agent/error", agent, turn, 0, exc)
+            self._ctx.emit(AGENT_ERROR, AgentError(agent, turn, 0, exc))
         if error is not None:
             raise error
         return result
@@ -1217,5 +1220,11 @@ async def apply(ctx: Context, config: Config) -> None:
         tokenizer = await asyncio.to_thread(load_deepseek_tokenizer)
         estimator = Estimator(DeepSeekCounter(tokenizer))
     compactor = Compactor(ctx, config, estimator)
-    ctx.on("agent/pre-step", compactor.on_pre_step)
-    ctx.provide("compact", compactor)
+    # Registered plainly (not prepended): time-context prepends its listener, so the reading is
+    # appended before compaction measures the history (see dsh.agent.hooks).
+    ctx.on(PRE_STEP, compactor.on_pre_step_hook)
+    ctx.provide(COMPACT, compactor)
+
+
+COMPACT: ServiceKey[Compactor] = ServiceKey("compact")
+"""The compaction service (``ctx.require(COMPACT)``), for ``/compact`` and other callers."""

@@ -1,13 +1,15 @@
 """dsh.runtime: the plugin host, event bus, cancellation primitives and config loader.
 
 ``context`` owns the bus, services and plugin fibers; ``abort`` the cancellation objects;
-``config`` plugin-config validation; ``loader`` the YAML plugin list. This module re-exports
+``config`` plugin-config validation; ``loader`` the YAML plugin list; ``keys`` the typed
+service keys and hooks. This module re-exports
 their public names.
 """
 
 from dsh.runtime.abort import AbortController, AbortError, AbortSignal
 from dsh.runtime.config import ConfigError, validate_config
-from dsh.runtime.context import Context, Fiber, FiberState
+from dsh.runtime.context import Context, Fiber, FiberState, NotAPluginError
+from dsh.runtime.keys import Chain, Hook, MissingServiceError, ServiceKey, UndeclaredHookError
 from dsh.runtime.loader import (
     LoadedPlugin,
     LoadError,
@@ -25,14 +27,20 @@ __all__ = [
     "AbortController",
     "AbortError",
     "AbortSignal",
+    "Chain",
     "ConfigError",
     "Context",
     "Fiber",
     "FiberState",
+    "Hook",
     "LoadError",
     "LoadedPlugin",
+    "MissingServiceError",
+    "NotAPluginError",
     "PendingEntry",
     "PluginEntry",
+    "ServiceKey",
+    "UndeclaredHookError",
     "format_pending",
     "load_config_file",
     "load_plugins",

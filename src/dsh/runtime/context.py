@@ -24,12 +24,16 @@ from contextvars import ContextVar
 from typing import Any, Literal, TypeVar, cast, overload
 
 from dsh.runtime.config import validate_config
+from dsh.runtime.keys import Chain, Hook, MissingServiceError, ServiceKey, check_declared
 
-__all__ = ["Context", "Fiber", "FiberState"]
+__all__ = ["Context", "Fiber", "FiberState", "NotAPluginError"]
 
 _log = logging.getLogger("dsh.runtime")
 
 T = TypeVar("T")
+D = TypeVar("D")
+P = TypeVar("P")
+R = TypeVar("R")
 FiberState = Literal["pending", "active", "failed", "disposed"]
 Listener = Callable[..., Any]
 Disposer = Callable[[], object]
@@ -331,6 +335,46 @@ def _plugin_name(plugin: object) -> str:
     return fallback if isinstance(fallback, str) else type(plugin).__name__
 
 
+class NotAPluginError(TypeError):
+    """``ctx.plugin(x)`` with something that is not a plugin; the text names what is missing."""
+
+
+def _check_plugin(plugin: object) -> None:
+    """Refuse a non-plugin in one line naming what it lacks, before the runtime calls into it.
+
+    A plugin has ``name`` (a non-empty string; a module or class may rely on its own name) and a
+    callable ``apply(ctx, config)``; a class without ``apply`` is applied by constructing it
+    with ``(ctx, config)``, so its constructor must accept that.
+    """
+    is_type = isinstance(plugin, type)
+    name = getattr(plugin, "name", None)
+    has_name = (isinstance(name, str) and bool(name)) or is_type or inspect.ismodule(plugin)
+    apply = getattr(plugin, "apply", None)
+    what = repr(name) if isinstance(name, str) and name else _describe_object(plugin)
+    if apply is not None and not callable(apply):
+        raise NotAPluginError(f"{what} is not a plugin: its apply is not callable")
+    if apply is None and isinstance(plugin, type):
+        try:
+            inspect.signature(plugin).bind(None, None)
+        except (TypeError, ValueError):
+            raise NotAPluginError(
+                f"{what} is not a plugin: it has no apply(ctx, config) and its constructor does "
+                "not take (ctx, config)"
+            ) from None
+        apply = plugin
+    missing = [part for part, ok in (("name", has_name), ("apply(ctx, config)", apply is not None)) if not ok]
+    if missing:
+        hint = " (load a plugin by name with dsh.runtime.resolve_plugin)" if isinstance(plugin, str) else ""
+        raise NotAPluginError(f"{what} is not a plugin: it has no {' and '.join(missing)}{hint}")
+
+
+def _describe_object(value: object) -> str:
+    text = repr(value)
+    if len(text) > 60 or "\n" in text:
+        text = f"<{type(value).__name__} object>"
+    return text
+
+
 def _plugin_inject(plugin: object, name: str) -> tuple[str, ...]:
     inject = getattr(plugin, "inject", None)
     if inject is None:
@@ -400,21 +444,45 @@ class Context:
             fiber = fiber.parent
         return fiber.ctx
 
-    def has(self, name: str) -> bool:
-        """Whether service ``name`` is currently provided."""
-        return name in self._host.services
+    def has(self, name: str | ServiceKey[object]) -> bool:
+        """Whether service ``name`` (a name or a :class:`ServiceKey`) is currently provided."""
+        return _service_name(name) in self._host.services
 
-    def get(self, name: str, default: Any = None) -> Any:
-        """Service ``name`` or ``default``."""
-        entry = self._host.services.get(name)
+    @overload
+    def get(self, name: ServiceKey[T]) -> T | None: ...
+
+    @overload
+    def get(self, name: ServiceKey[T], default: D) -> T | D: ...
+
+    @overload
+    def get(self, name: str, default: Any = None) -> Any: ...
+
+    def get(self, name: str | ServiceKey[object], default: Any = None) -> Any:
+        """Service ``name`` or ``default``; with a :class:`ServiceKey` the result is typed."""
+        entry = self._host.services.get(_service_name(name))
         return default if entry is None else entry.value
 
-    def provide(self, name: str, service: object) -> None:
+    def require(self, key: ServiceKey[T]) -> T:
+        """The service ``key`` names; :class:`MissingServiceError` naming it when nobody
+        provides it (a plugin that needs it lists it in ``inject``)."""
+        entry = self._host.services.get(key.name)
+        if entry is None:
+            raise MissingServiceError(f'service "{key.name}" is not available on this context')
+        return cast(T, entry.value)
+
+    @overload
+    def provide(self, name: ServiceKey[T], service: T) -> None: ...
+
+    @overload
+    def provide(self, name: str, service: object) -> None: ...
+
+    def provide(self, name: str | ServiceKey[object], service: object) -> None:
         """Publish ``service`` as ``ctx.<name>``, owned by this view's fiber.
 
         Providing a name that another live fiber provides is an error (two plugins silently
         fighting over ``ctx.llm`` is a configuration bug); the owner may replace its own value.
         """
+        name = _service_name(name)
         if not name.isidentifier() or name.startswith("_") or hasattr(Context, name):
             raise ValueError(f'invalid service name "{name}"')
         fiber = self._fiber
@@ -450,10 +518,9 @@ class Context:
         parent = self._fiber
         parent._check_alive()
         host = self._host
+        _check_plugin(plugin)
         name = _plugin_name(plugin)
         inject = _plugin_inject(plugin, name)
-        if getattr(plugin, "apply", None) is None and not isinstance(plugin, type):
-            raise TypeError(f'plugin "{name}" has no apply()')
         validated = validate_config(getattr(plugin, "Config", None), config)
         fiber = Fiber(host, name, plugin=plugin, config=validated, parent=parent, inject=inject)
         parent._children.append(fiber)
@@ -478,14 +545,42 @@ class Context:
 
     # -- bus ------------------------------------------------------------------------------------
 
-    def on(self, event: str, listener: Listener, *, prepend: bool = False) -> Callable[[], None]:
+    @overload
+    def on(
+        self, event: Hook[P], listener: Callable[[P], object], *, prepend: bool = False
+    ) -> Callable[[], None]: ...
+
+    @overload
+    def on(
+        self,
+        event: Chain[P, R],
+        listener: Callable[[P, Callable[[], Awaitable[R]]], Awaitable[R] | R],
+        *,
+        prepend: bool = False,
+    ) -> Callable[[], None]: ...
+
+    @overload
+    def on(self, event: str, listener: Listener, *, prepend: bool = False) -> Callable[[], None]: ...
+
+    def on(
+        self, event: str | Hook[object] | Chain[object, object], listener: Listener, *, prepend: bool = False
+    ) -> Callable[[], None]:
         """Register ``listener`` (plain or async) for ``event``; returns a remover.
 
-        ``prepend=True`` puts it in front of every listener registered so far (the most recent
-        prepend runs first). The listener is removed automatically when this fiber is disposed.
+        ``event`` is a declared :class:`Hook`/:class:`Chain` (the listener gets its payload) or a
+        string name (the listener gets the payload's fields positionally). A namespaced name
+        (``agent/...``) that no hook declares is refused here, so a misspelling cannot go
+        unnoticed. ``prepend=True`` puts the listener in front of every listener registered so
+        far (the most recent prepend runs first). The listener is removed automatically when
+        this fiber is disposed.
         """
         fiber = self._fiber
         fiber._check_alive()
+        if isinstance(event, (Hook, Chain)):
+            listener = _payload_listener(event, listener)
+            event = event.name
+        else:
+            check_declared(event)
         hook = _Hook(listener, self._subject)
         hooks = self._host.hooks.setdefault(event, [])
         if prepend:
@@ -509,9 +604,16 @@ class Context:
     def _snapshot(self, event: str, args: tuple[Any, ...]) -> list[_Hook]:
         return [h for h in self._host.hooks.get(event, ()) if h.accepts(args)]
 
-    async def serial(self, event: str, *args: Any) -> Any:
+    @overload
+    async def serial(self, event: Hook[P], payload: P, /) -> object: ...
+
+    @overload
+    async def serial(self, event: str, *args: Any) -> Any: ...
+
+    async def serial(self, event: str | Hook[object], *args: Any) -> Any:
         """Await listeners in order. An exception propagates and stops the dispatch; a result
         other than ``None``/``False`` stops it and is returned (else ``None``)."""
+        event, args = _dispatch_args(event, args)
         for hook in self._snapshot(event, args):
             if hook.removed:
                 continue
@@ -525,15 +627,24 @@ class Context:
     # Two overloads so both `default=async_fn` and `default=lambda: value` infer T; a single
     # `Callable[[], Awaitable[T] | T]` makes mypy solve T as the coroutine type or Never.
     @overload
+    async def waterfall(
+        self, event: Chain[P, R], payload: P, /, *, default: Callable[[], Awaitable[R]]
+    ) -> R: ...
+
+    @overload
+    async def waterfall(self, event: Chain[P, R], payload: P, /, *, default: Callable[[], R]) -> R: ...
+
+    @overload
     async def waterfall(self, event: str, *args: Any, default: Callable[[], Awaitable[T]]) -> T: ...
 
     @overload
     async def waterfall(self, event: str, *args: Any, default: Callable[[], T]) -> T: ...
 
-    async def waterfall(self, event: str, *args: Any, default: Callable[[], Any]) -> Any:
+    async def waterfall(self, event: str | Chain[object, object], *args: Any, default: Callable[[], Any]) -> Any:
         """Middleware chain: each listener is called ``listener(*args, next)``; ``await next()``
         runs the rest of the chain, which ends in ``default()`` (plain or async). Returns the
         chain's result."""
+        event, args = _dispatch_args(event, args)
         hooks = self._snapshot(event, args)
 
         async def run(index: int) -> Any:
@@ -551,9 +662,16 @@ class Context:
 
         return await run(0)
 
-    async def parallel(self, event: str, *args: Any) -> None:
+    @overload
+    async def parallel(self, event: Hook[P], payload: P, /) -> None: ...
+
+    @overload
+    async def parallel(self, event: str, *args: Any) -> None: ...
+
+    async def parallel(self, event: str | Hook[object], *args: Any) -> None:
         """Run all listeners concurrently and wait for all of them; if any failed, raise the
         first failure (in listener order) once every listener has settled."""
+        event, args = _dispatch_args(event, args)
         hooks = self._snapshot(event, args)
 
         async def call(hook: _Hook) -> None:
@@ -568,9 +686,16 @@ class Context:
             if isinstance(r, BaseException):
                 raise r
 
-    def emit(self, event: str, *args: Any) -> None:
+    @overload
+    def emit(self, event: Hook[P], payload: P, /) -> None: ...
+
+    @overload
+    def emit(self, event: str, *args: Any) -> None: ...
+
+    def emit(self, event: str | Hook[object], *args: Any) -> None:
         """Fire and forget: call listeners synchronously; a listener's exception is logged, and a
         coroutine result runs as a task whose failure is logged."""
+        event, args = _dispatch_args(event, args)
         for hook in self._snapshot(event, args):
             if hook.removed:
                 continue
@@ -583,6 +708,32 @@ class Context:
             if inspect.isawaitable(result):
                 self._host.spawn(result, what)
 
-    def listeners(self, event: str) -> int:
+    def listeners(self, event: str | Hook[object] | Chain[object, object]) -> int:
         """How many listeners are registered for ``event`` (all scopes); for diagnostics."""
-        return len(self._host.hooks.get(event, ()))
+        name = event if isinstance(event, str) else event.name
+        return len(self._host.hooks.get(name, ()))
+
+
+def _service_name(name: str | ServiceKey[object]) -> str:
+    return name.name if isinstance(name, ServiceKey) else name
+
+
+def _dispatch_args(
+    event: str | Hook[object] | Chain[object, object], args: tuple[object, ...]
+) -> tuple[str, tuple[object, ...]]:
+    """A typed dispatch ``(hook, payload)`` as the positional arguments every listener list
+    holds; a string dispatch unchanged."""
+    if isinstance(event, str):
+        return event, args
+    if len(args) != 1:
+        raise TypeError(f'hook "{event.name}" is dispatched with exactly one payload')
+    return event.name, event.args(args[0])
+
+
+def _payload_listener(event: Hook[object] | Chain[object, object], listener: Listener) -> Listener:
+    def call(*args: object) -> object:
+        payload, rest = event.build(args)
+        return listener(payload, *rest)
+
+    call.__qualname__ = getattr(listener, "__qualname__", "listener")
+    return call

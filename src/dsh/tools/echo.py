@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dsh.runtime.context import Context
+from dsh.tools.registry import TOOLS
 from dsh.tools.types import ContentBlock, ToolCall, ToolError, define_tool
 
 __all__ = ["apply", "echo_tool", "inject", "name"]
@@ -39,4 +40,4 @@ echo_tool = define_tool(
 
 def apply(ctx: Context, config: object) -> None:
     """Register ``echo`` on ``ctx.tools`` for as long as this plugin is loaded."""
-    ctx.defer(ctx.tools.register(echo_tool))
+    ctx.defer(ctx.require(TOOLS).register(echo_tool))

@@ -33,6 +33,7 @@ import msgspec
 
 from dsh.runtime.abort import AbortController, AbortSignal
 from dsh.runtime.context import Context
+from dsh.runtime.keys import ServiceKey
 from dsh.tools.types import ContentBlock, Tool, ToolCall, ToolResult
 
 __all__ = ["Config", "ToolRegistry", "apply", "inject", "name"]
@@ -250,6 +251,10 @@ def _normalize(tool_name: str, output: object) -> ToolResult:
     if isinstance(output, str):
         return ToolResult(content=[_text(output)])
     return ToolResult(content=_blocks(tool_name, output))
+
+
+TOOLS: ServiceKey[ToolRegistry] = ServiceKey("tools")
+"""The tool registry service (``ctx.require(TOOLS)``)."""
 
 
 def apply(ctx: Context, config: Config) -> None:
