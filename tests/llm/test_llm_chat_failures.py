@@ -8,9 +8,12 @@ endpoint and the cause.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import subprocess
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,8 +31,11 @@ def workdir(tmp_path: Path) -> Path:
     return cwd
 
 
-def chat(workdir: Path, base_url: str, *extra: str, stdin: str = "hi\n", model: str = "x"):  # type: ignore[no-untyped-def]
-    return run_dsh(["chat", "--base-url", base_url, "--model", model, *extra], workdir, stdin=stdin, **NO_PROXY)
+def chat(
+    workdir: Path, base_url: str, *extra: str, stdin: str = "hi\n", model: str = "x"
+) -> subprocess.CompletedProcess[str]:
+    args = ["chat", "--base-url", base_url, "--model", model, *extra]
+    return run_dsh(args, workdir, stdin=stdin, timeout=180, **NO_PROXY)
 
 
 def last_error(stderr: str) -> str:
@@ -103,28 +109,52 @@ def test_no_adapter_for_the_model_exits_1(workdir: Path) -> None:
     assert 'no adapter registered for model "nobody-serves-this"' in last_error(result.stderr)
 
 
-def test_success_exits_0_and_only_the_last_turn_counts(workdir: Path, sse_server: SSEServer) -> None:
+@pytest.fixture
+def spawn(workdir: Path) -> Iterator[Callable[[list[str]], Interactive]]:
+    """Start ``dsh`` interactively; anything still running afterwards is killed."""
+    started: list[Interactive] = []
+
+    def start(args: list[str]) -> Interactive:
+        run = Interactive(args, workdir, **NO_PROXY)
+        started.append(run)
+        return run
+
+    yield start
+    for run in started:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait(timeout=10)
+        for pipe in (run.proc.stdin, run.proc.stdout, run.proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+def test_success_exits_0_and_only_the_last_turn_counts(
+    workdir: Path, sse_server: SSEServer, spawn: Callable[[list[str]], Interactive]
+) -> None:
     sse_server.push(Reply.sse([chunk(content="fine", finish="stop")]))
     ok = chat(workdir, sse_server.base_url)
     assert ok.returncode == 0, ok.stderr
     assert ok.stderr == ""
+    resume = ["chat", "--continue", "--base-url", sse_server.base_url, "--model", "x"]
     # Turn 1 fails, turn 2 (same run) succeeds: the run exits 0.
     sse_server.push(Reply.error(401, "bad key"), Reply.sse([chunk(content="back", finish="stop")]))
-    run = Interactive(["chat", "--continue", "--base-url", sse_server.base_url, "--model", "x"], workdir, **NO_PROXY)
+    run = spawn(resume)
     run.send("one\n")
-    run.read_until("\n> ", count=2)
+    run.read_until("\n> ", count=2, timeout=120)
     run.send("two\n")
-    run.read_until("back")
-    rc, out, err = run.close()
+    run.read_until("back", timeout=120)
+    rc, out, err = run.close(timeout=120)
     assert rc == 0, (out, err)
     assert "authentication failed" in err
     # And the other way round: a success, then a failure, exits 1.
     sse_server.push(Reply.sse([chunk(content="ok", finish="stop")]), Reply.error(401, "bad key"))
-    run = Interactive(["chat", "--continue", "--base-url", sse_server.base_url, "--model", "x"], workdir, **NO_PROXY)
+    run = spawn(resume)
     run.send("three\n")
-    run.read_until("ok")
+    run.read_until("ok", timeout=120)
     run.send("four\n")
-    rc, out, err = run.close()
+    rc, out, err = run.close(timeout=120)
     assert rc == 1, (out, err)
 
 
