@@ -7,8 +7,9 @@ Owns the translation from a function to a :class:`dsh.tools.Tool`:
   parameters without a default are required; extra keys are refused;
 - the description is the docstring's first paragraph, and a Google-style ``Args:`` section
   describes the parameters (``Annotated[T, "text"]`` does too);
-- before the call the model's arguments are validated against that schema (``jsonschema``); a
-  mismatch is a model-visible tool error (``INVALID_ARGUMENTS``) and the function is not called;
+- the tool registry validates the model's arguments against that schema before every call (a
+  mismatch is a model-visible ``INVALID_ARGUMENTS`` error and the function is not called); here
+  the validated JSON values are converted to the declared types;
 - a parameter annotated :class:`dsh.tools.ToolCall` receives the call (its ``signal``, ``agent``)
   and is not part of the schema;
 - a returned ``str`` becomes one text block; a list of content blocks, a ``ToolResult`` or
@@ -28,7 +29,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, ParamSpec, TypeVar, overload
 
-import jsonschema
 import msgspec
 
 from dsh.tools.types import Tool, ToolCall, ToolError, ToolOutput
@@ -164,11 +164,6 @@ def _build_schema(
     return schema, params, call_param
 
 
-def _describe(error: jsonschema.ValidationError) -> str:
-    where = "".join(f"[{part!r}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path)
-    return f"{where.lstrip('.') or 'arguments'}: {error.message}" if where else error.message
-
-
 def _make_tool(
     fn: Callable[..., object],
     *,
@@ -183,21 +178,14 @@ def _make_tool(
         raise TypeError("@dsh.tool: give the tool a name (name=...)")
     summary, param_docs = _split_docstring(inspect.getdoc(fn))
     parameters, params, call_param = _build_schema(fn, tool_name, param_docs)
-    validator = jsonschema.Draft202012Validator(parameters)
     annotations = {p.name: p.annotation for p in params}
     is_async = inspect.iscoroutinefunction(fn)
 
     async def execute(args: object, call: ToolCall) -> ToolOutput:
         if args is None or args == "":
             args = {}
-        if isinstance(args, str):
-            raise ToolError(f"arguments are not valid JSON: {args[:200]}", code="INVALID_ARGUMENTS")
-        errors = sorted(validator.iter_errors(args), key=lambda e: list(e.absolute_path))
-        if errors:
-            # best_match picks the branch of an anyOf (e.g. ``Place | None``) that went furthest.
-            detail = "; ".join(_describe(jsonschema.exceptions.best_match([e])) for e in errors[:3])
-            raise ToolError(f'invalid arguments for tool "{tool_name}": {detail}', code="INVALID_ARGUMENTS")
-        assert isinstance(args, Mapping)  # the schema's "type": "object" guarantees it
+        # The registry validated ``args`` against the schema, whose "type" is "object".
+        assert isinstance(args, Mapping)
         try:
             # JSON values to the declared types (Structs, dataclasses, enums, tuples ...).
             kwargs: dict[str, object] = {
