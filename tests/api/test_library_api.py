@@ -94,7 +94,7 @@ async def test_typed_tool_is_called_with_validated_arguments() -> None:
 @pytest.mark.parametrize(
     ("arguments", "detail"),
     [
-        ({"days": 2}, '$: missing required property "city"'),
+        ({"days": 2}, "$: missing required property"),
         ({"city": "Paris", "days": "two"}, "$.days: expected integer, got string"),
         ({"city": "Paris", "when": "now"}, "Additional properties are not allowed"),
         ("{not json", "not valid JSON"),

@@ -98,14 +98,18 @@ async def test_validation_happens_before_the_call_and_values_are_converted() -> 
 
     assert await t.execute({"unit": "f", "near": {"lat": 1, "lon": 2}}, _call()) == "ok"
     assert calls == [(Unit.F, {"lat": 1.0, "lon": 2.0})]
+    registry = ToolRegistry()
+    registry.register(t)
     for bad, detail in [
-        ({"unit": "k"}, "'k' is not one of ['c', 'f']"),
-        ({"unit": "c", "near": {"lat": 1}}, "near: 'lon' is a required property"),
-        ([1, 2], "is not of type 'object'"),
+        ({"unit": "k"}, "$.unit: 'k' is not one of ['c', 'f']"),
+        ({"unit": "c", "near": {"lat": 1}}, "$.near"),
+        ([1, 2], "$: expected object, got array"),
     ]:
-        with pytest.raises(ToolError, match="invalid arguments") as caught:
-            await t.execute(bad, _call())
-        assert caught.value.code == "INVALID_ARGUMENTS" and detail in str(caught.value)
+        # The registry validates before the function runs.
+        result = await registry.execute(call_id="c", name="t", arguments=bad)
+        assert result.is_error and result.error == {"name": "InvalidToolArguments", "code": "INVALID_ARGUMENTS"}
+        text = result.content[0]["text"]
+        assert text.startswith('Error: invalid arguments for tool "t"') and detail in text, text
     assert len(calls) == 1
 
 
@@ -121,8 +125,8 @@ async def test_through_the_registry_a_mismatch_is_an_error_result() -> None:
     registry = ToolRegistry()
     registry.register(t)
     result = await registry.execute(call_id="c", name="t", arguments={"n": "x"})
-    assert result.is_error and result.error == {"name": "ToolError", "code": "INVALID_ARGUMENTS"}
-    assert result.content == [{"type": "text", "text": "Error: invalid arguments for tool \"t\": n: 'x' is not of type 'integer'"}]
+    assert result.is_error and result.error == {"name": "InvalidToolArguments", "code": "INVALID_ARGUMENTS"}
+    assert result.content == [{"type": "text", "text": 'Error: invalid arguments for tool "t": $.n: expected integer, got string'}]
     assert ran == []
     ok = await registry.execute(call_id="c", name="t", arguments={"n": 3})
     assert ok.content == [{"type": "text", "text": "ok"}] and not ok.is_error
