@@ -1,7 +1,7 @@
-"""The ``dsh`` command line: ``dsh chat`` and ``dsh sessions``.
+"""The ``dsh`` command line: ``dsh chat``, ``dsh sessions`` and ``dsh reminders``.
 
 Owns argument parsing, the built-in default composition (``mock-echo`` or ``openai-llm``,
-``echo-tool``, ``time-context``, JSONL sessions under ``./.sessions``, ``stdio-app``), choosing a
+``echo-tool``, ``time-context``, ``schedule``, JSONL sessions under ``./.sessions``, ``stdio-app``), choosing a
 session store for the ``sessions`` commands, and turning every error a person can cause into
 one line on stderr: exit 2 for usage and configuration errors, 1 for runtime failures, never a
 traceback unless ``--debug``.
@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     for sub_parser in (listing, show, requests, remove, export, importing):
         _store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+    from dsh.apps import reminders
+
+    reminders.add_parser(commands, _store_options)
     return parser
 
 
@@ -138,6 +141,7 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         llm,
         PluginEntry(id="echo-tool", name="echo-tool"),
         PluginEntry(id="time-context", name="time-context"),
+        PluginEntry(id="schedule", name="schedule"),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),
     ]
@@ -249,6 +253,9 @@ async def cmd_chat(args: argparse.Namespace) -> int:
                 if args.config
                 else "the stdio app did not start (is a dependency missing?)"
             )
+        schedule = ctx.get("schedule")
+        if schedule is not None:
+            schedule.check(app.agent)  # a corrupt schedule log refuses the session
         loop = asyncio.get_running_loop()
         stop = _install_signal_handlers(loop, app)
         try:
@@ -308,6 +315,12 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
         await ctx.dispose()
 
 
+async def cmd_reminders(args: argparse.Namespace) -> int:
+    from dsh.apps import reminders
+
+    return await reminders.run_command(args)
+
+
 def _configure_logging(debug: bool) -> None:
     logging.basicConfig(
         stream=sys.stderr,
@@ -330,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(debug)
     try:
         args = build_parser().parse_args(argv)
-        runner = cmd_chat if args.command == "chat" else cmd_sessions
+        runner = {"chat": cmd_chat, "sessions": cmd_sessions}.get(args.command, cmd_reminders)
         try:
             return asyncio.run(runner(args))
         except LoadError as exc:
