@@ -23,11 +23,13 @@ from prompt_toolkit.history import FileHistory, InMemoryHistory
 from rich.console import Console
 from rich.markup import escape
 
+from dsh.plugins.schedule.delivery import describe as describe_reminder
 from dsh.session import Event, Session
 
 if TYPE_CHECKING:
     from dsh.apps.stdio import StdioApp
 
+REMINDER_TURN = "\x00reminder-turn"
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 CLEAR_LINE = "\r\x1b[K"
 
@@ -62,10 +64,20 @@ class _Spinner:
 class _Writer:
     def __init__(self, stdout: TextIO) -> None:
         self._stdout = stdout
+        # While the idle prompt is being taken down for a reminder turn, output waits here.
+        self.held: list[str] | None = None
 
     def __call__(self, text: str) -> None:
+        if self.held is not None:
+            self.held.append(text)
+            return
         self._stdout.write(text)
         self._stdout.flush()
+
+    def release(self) -> None:
+        held, self.held = self.held, None
+        if held:
+            self("".join(held))
 
 
 def _history(app: StdioApp) -> FileHistory | InMemoryHistory:
@@ -90,10 +102,19 @@ async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
     renderer = Renderer(app.ctx, write, colour=True, prompt="\n")
     renderer.on_first_token = spinner.stop
     renderer.on_reading = lambda text: write(f"{DIM}⏱ {text.replace(chr(10), ' · ')}{RESET}\n")
+    renderer.on_reminder = lambda text: write(f"{DIM}⏰ reminder {describe_reminder(text) or text}{RESET}\n")
+    carry = ""  # what the user had typed when a reminder turn took the prompt down
 
     def on_event(session: Session, event: Event) -> None:
+        nonlocal carry
         if session is not app.agent.session:
             return
+        if event.type == "turn/start" and prompt.app.is_running:
+            # A turn nobody typed (a due reminder) opens while the prompt is idle: take the
+            # prompt down (keeping what was typed) and show the turn.
+            carry = prompt.default_buffer.text
+            write.held = []
+            prompt.app.exit(result=REMINDER_TURN)
         if event.type == "step/start":
             spinner.start()
         elif event.type in ("step/end", "turn/end"):
@@ -113,9 +134,14 @@ async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
     try:
         while not stop.is_set():
             try:
-                line = await prompt.prompt_async("> ", handle_sigint=False)
+                line = await prompt.prompt_async("> ", handle_sigint=False, default=carry)
             except (KeyboardInterrupt, EOFError):
                 break
+            if line is REMINDER_TURN:
+                write.release()
+                await app.settle()
+                continue
+            carry = ""
             note = app.submit(line)
             if note:
                 print(f"dsh: {note}", file=sys.stderr)

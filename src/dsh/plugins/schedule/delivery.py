@@ -210,3 +210,23 @@ class Owner:
                     await self._sleep(RETRY_S)
             else:
                 self.delivered += 1
+
+
+def describe_change(data: Any) -> str:
+    """One readable line for a ``schedule/change`` (``dsh sessions show``)."""
+    if type(data) is not dict:
+        return f"schedule/change {_js(data)}"
+    operation = data.get("operation")
+    if operation == "create" and type(data.get("schedule")) is dict:
+        record = data["schedule"]
+        kind = record.get("kind")
+        rule = {"after": f"in {record.get('afterSeconds')}s", "every": f"every {record.get('everySeconds')}s"}.get(
+            str(kind), "at"
+        )
+        return f"created {record.get('id')} ({rule}) due {record.get('scheduledAt')}: {_js(record.get('prompt'))}"
+    if operation == "delete":
+        return f"deleted {data.get('id')}"
+    if operation == "dispatch":
+        accepted = f" (batch accepted {data['acceptedAt']})" if "acceptedAt" in data else ""
+        return f"dispatched {data.get('id')}{accepted}"
+    return f"schedule/change {_js(data)}"
