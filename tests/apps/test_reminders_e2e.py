@@ -111,3 +111,37 @@ def test_chat_creates_a_reminder_and_the_worker_delivers_it_once(workdir: Path) 
 
         listed = run_dsh(["reminders", "list"], workdir)
         assert listed.returncode == 0 and listed.stdout == ""
+
+        session_id = json.loads(log.read_text().splitlines()[0])["id"]
+        shown = run_dsh(["sessions", "show", session_id], workdir)
+        assert shown.returncode == 0, shown.stderr
+        assert f'⏰ schedule created schedule-1 (in 2s) due {record["scheduledAt"]}: "check the build"' in shown.stdout
+        assert f"⏰ reminder schedule-1 · {record['scheduledAt']} · check the build" in shown.stdout
+        assert "⏰ schedule dispatched schedule-1" in shown.stdout
+
+
+def test_a_corrupt_schedule_log_is_refused_at_load_and_left_untouched(workdir: Path) -> None:
+    chat = run_dsh(["chat"], workdir, stdin="hello\n")
+    assert chat.returncode == 0, chat.stderr
+    [log] = session_files(workdir)
+    lines = log.read_text().splitlines()
+    last = json.loads(lines[-1])
+    bad = {"type": "schedule/change", "seq": last["seq"] + 1, "time": last["time"],
+           "data": {"version": 1, "operation": "dispatch", "id": "schedule-3"}}
+    log.write_text("\n".join([*lines, json.dumps(bad, separators=(",", ":"))]) + "\n")
+    before = log.read_bytes()
+    session_id = json.loads(lines[0])["id"]
+    resumed = run_dsh(["chat", "--resume", session_id], workdir, stdin="again\n")
+    assert resumed.returncode == 1
+    assert resumed.stderr.strip() == (
+        f'dsh: corrupt schedule log in session "{session_id}": '
+        f'schedule dispatch targets inactive id "schedule-3" (event seq {bad["seq"]})'
+    )
+    assert log.read_bytes() == before
+    listed = run_dsh(["reminders", "list"], workdir)
+    assert listed.returncode == 1 and "schedule-3" in listed.stderr
+    worker = run_dsh(["reminders", "run", "--once"], workdir)
+    assert worker.returncode == 1 and "schedule-3" in worker.stderr
+    assert log.read_bytes() == before
+    shown = run_dsh(["sessions", "show", session_id], workdir)
+    assert shown.returncode == 0 and "⏰ schedule dispatched schedule-3" in shown.stdout
