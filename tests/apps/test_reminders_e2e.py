@@ -58,7 +58,7 @@ def test_chat_creates_a_reminder_and_the_worker_delivers_it_once(workdir: Path) 
         record = created[0]["schedule"]
         assert list(record) == ["id", "kind", "prompt", "afterSeconds", "scheduledAt"]
         assert record["id"] == "schedule-1" and record["prompt"] == "check the build"
-        result = [e for e in events_of(log) if e["type"] == "tool/result"][0]
+        result = next(e for e in events_of(log) if e["type"] == "tool/result")
         view = json.loads(result["data"]["content"][0]["text"])
         assert view["state"] == "scheduled" and view["deliveryMode"] == "session-local"
 

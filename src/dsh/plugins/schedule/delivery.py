@@ -18,6 +18,7 @@ Owns:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any, Final
@@ -121,6 +122,11 @@ def _turn_end(agent: Agent, turn: int) -> dict[str, Any] | None:
     return None
 
 
+def busy(agent: Agent) -> bool:
+    """Whether a turn is running or prompts are queued (read fresh each time)."""
+    return agent.status == "running" or bool(agent.queued)
+
+
 def current(agent: Agent, now: int) -> OneShot | Batch | Wait:
     """Fold the agent's session and decide at ``now`` (raises :class:`ScheduleLogError`)."""
     session = agent.session
@@ -133,14 +139,14 @@ async def deliver_once(ctx: Context, agent: Agent) -> OneShot | Batch | Wait | N
     Returns the decision that was delivered, a :class:`Wait` when nothing is due, or ``None``
     when the agent was busy or the reminder turn did not complete (it stays due).
     """
-    if agent.disposed or agent.status == "running" or agent.queued:
+    if agent.disposed or busy(agent):
         return None
     decision = current(agent, _clock.now_ms())
     if isinstance(decision, Wait):
         return decision
     turn = agent.session.last_turn + 1
     agent.send([{"type": "text", "text": render(decision)}], source=SOURCE)
-    while not agent.disposed and (agent.status == "running" or agent.queued):
+    while not agent.disposed and busy(agent):
         await agent.when_idle()
     reason = _turn_end(agent, turn)
     kind = reason.get("kind") if reason is not None else None
@@ -181,16 +187,14 @@ class Owner:
             await asyncio.gather(task, return_exceptions=True)
 
     async def _sleep(self, seconds: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._poke.wait(), timeout=max(0.0, min(seconds, MAX_WAKE_S)))
-        except TimeoutError:
-            pass
         self._poke.clear()
 
     async def _run(self) -> None:
         agent = self.agent
         while not agent.disposed:
-            if agent.status == "running" or agent.queued:
+            if busy(agent):
                 await agent.when_idle()
                 continue
             try:
@@ -206,7 +210,7 @@ class Owner:
                 delay = MAX_WAKE_S if result.until is None else (result.until - _clock.now_ms()) / 1000
                 await self._sleep(delay)
             elif result is None:
-                if not agent.disposed and agent.status != "running" and not agent.queued:
+                if not agent.disposed and not busy(agent):
                     await self._sleep(RETRY_S)
             else:
                 self.delivered += 1

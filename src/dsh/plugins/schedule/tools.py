@@ -15,7 +15,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from dsh import _clock
-from dsh.plugins.schedule.fold import EVENT_TYPE, VERSION, Folded, Record, ScheduleLogError, fold, seed_length
+from dsh.plugins.schedule.fold import (
+    EVENT_TYPE,
+    VERSION,
+    Folded,
+    Record,
+    ScheduleLogError,
+    fold,
+    seed_length,
+)
 from dsh.plugins.schedule.timespec import (
     MAX_MS,
     MIN_EVERY_SECONDS,
@@ -171,7 +179,7 @@ class ScheduleTools:
         self._on_change(agent)
         return _text(record.view(_clock.now_ms()))
 
-    async def list(self, args: Any, call: ToolCall) -> list[ContentBlock]:
+    async def list_(self, args: Any, call: ToolCall) -> list[ContentBlock]:
         agent = call.agent
         if agent is None:
             return _text(INTERNAL)
@@ -208,7 +216,7 @@ class ScheduleTools:
     def tools(self) -> list[Tool]:
         return [
             define_tool(name="schedule_create", description=CREATE_DESCRIPTION, parameters=CREATE_PARAMETERS, execute=self.create),
-            define_tool(name="schedule_list", description=LIST_DESCRIPTION, parameters=None, execute=self.list),
+            define_tool(name="schedule_list", description=LIST_DESCRIPTION, parameters=None, execute=self.list_),
             define_tool(
                 name="schedule_delete",
                 description=DELETE_DESCRIPTION,
