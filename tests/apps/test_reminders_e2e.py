@@ -145,3 +145,37 @@ def test_a_corrupt_schedule_log_is_refused_at_load_and_left_untouched(workdir: P
     assert log.read_bytes() == before
     shown = run_dsh(["sessions", "show", session_id], workdir)
     assert shown.returncode == 0 and "⏰ schedule dispatched schedule-3" in shown.stdout
+
+
+def test_the_worker_keeps_running_and_delivers_a_reminder_of_a_session_closed_meanwhile(workdir: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.apps.conftest import dsh_env
+
+    with SSEServer() as server:
+        opts = ["--base-url", server.base_url, "--model", "test-model"]
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "dsh", "reminders", "run", "--poll", "0.3", *opts],
+            cwd=workdir, env=dsh_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            server.push(
+                tool_call("schedule_create", {"prompt": "water the plants", "after_seconds": 3}),
+                text("Will do."),
+                text("Time to water the plants."),
+            )
+            chat = run_dsh(["chat", *opts], workdir, stdin="remind me in 3 s to water the plants\n")
+            assert chat.returncode == 0, chat.stderr
+            [log] = session_files(workdir)
+            deadline = time.monotonic() + 60
+            while not any(c["operation"] == "dispatch" for c in schedule_changes(events_of(log))):
+                assert time.monotonic() < deadline and worker.poll() is None, "not delivered"
+                time.sleep(0.1)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            out, err = worker.communicate(timeout=30)
+        assert worker.returncode == 0, err
+        assert "delivered schedule-1" in out
+        assert "Time to water the plants." in json.dumps(events_of(log))
