@@ -325,3 +325,20 @@ def test_at_examples() -> None:
         with pytest.raises(ScheduleInputError) as info:
             parse_at(bad)
         assert info.value.code == code, bad
+
+
+def test_the_session_index_folds_like_the_whole_log() -> None:
+    from dsh.plugins.schedule.fold import fold_session
+    from dsh.session import Session
+
+    session = Session("s", [])
+    session.append("turn/start", {"turn": 1, "trigger": {"kind": "message", "source": {"kind": "user"}}})
+    session.append("schedule/change", create("schedule-1", "every", T0 + 300_000, 300))
+    assert list(fold_session(session).active) == ["schedule-1"]  # index built from the log
+    session.append("schedule/change", {"version": 1, "operation": "delete", "id": "schedule-1"})
+    session.append("schedule/change", create("schedule-2", "at", T0 + 1000))
+    session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+    assert list(fold_session(session).active) == ["schedule-2"]  # and kept current
+    assert fold_session(session).active == fold(session.events).active
+    child = Session("c", session.events, header={"version": 0, "id": "c", "createdAt": T0, "seedLength": len(session)})
+    assert fold_session(child).active == {} and fold_session(child).next_id() == "schedule-1"

@@ -32,8 +32,7 @@ from dsh.plugins.schedule.fold import (
     Wait,
     decide,
     dispatch_payloads,
-    fold,
-    seed_length,
+    fold_session,
 )
 from dsh.plugins.schedule.timespec import format_instant
 
@@ -130,7 +129,7 @@ def busy(agent: Agent) -> bool:
 def current(agent: Agent, now: int) -> OneShot | Batch | Wait:
     """Fold the agent's session and decide at ``now`` (raises :class:`ScheduleLogError`)."""
     session = agent.session
-    return decide(fold(session.events, seed_length(session.header)), now)
+    return decide(fold_session(session), now)
 
 
 async def deliver_once(ctx: Context, agent: Agent) -> OneShot | Batch | Wait | None:
@@ -155,7 +154,7 @@ async def deliver_once(ctx: Context, agent: Agent) -> OneShot | Batch | Wait | N
         return None
     # Re-check what the turn did (a tool in it may have deleted the reminder): dispatch only
     # what is still active, so the log stays a valid fold.
-    active = fold(agent.session.events, seed_length(agent.session.header)).active
+    active = fold_session(agent.session).active
     for payload in dispatch_payloads(decision):
         if payload["id"] in active:
             agent.session.append(EVENT_TYPE, payload)

@@ -248,6 +248,27 @@ def fold(events: Sequence[Event], seed_length: int = 0) -> Folded:
     return state
 
 
+class ChangeIndex:
+    """The session's ``schedule/change`` events, kept as they are committed (a session index),
+    so folding a live session costs the schedule events, not the whole log."""
+
+    __slots__ = ("changes",)
+
+    def __init__(self) -> None:
+        self.changes: list[Event] = []
+
+    def observe(self, event: Event) -> None:
+        if event.type == EVENT_TYPE:
+            self.changes.append(event)
+
+
+def fold_session(session: Any) -> Folded:
+    """:func:`fold` over a live session, through its :class:`ChangeIndex`."""
+    index: ChangeIndex = session.attach_index(ChangeIndex, ChangeIndex)
+    seed = seed_length(session.header)
+    return fold([e for e in index.changes if e.seq >= seed] if seed else index.changes)
+
+
 def seed_length(header: Mapping[str, Any]) -> int:
     value = header.get("seedLength")
     return value if type(value) is int and value >= 0 else 0

@@ -18,7 +18,7 @@ import msgspec
 
 from dsh.persistence.base import CorruptSessionLog
 from dsh.plugins.schedule.delivery import Owner
-from dsh.plugins.schedule.fold import ScheduleLogError, fold, seed_length
+from dsh.plugins.schedule.fold import ScheduleLogError, fold_session
 from dsh.plugins.schedule.tools import ScheduleTools
 from dsh.runtime import Context
 
@@ -42,7 +42,7 @@ class CorruptScheduleLog(CorruptSessionLog):
 def check_session(session: Any) -> None:
     """Raise :class:`CorruptScheduleLog` when ``session``'s schedule events do not fold."""
     try:
-        fold(session.events, seed_length(session.header))
+        fold_session(session)
     except ScheduleLogError as exc:
         raise CorruptScheduleLog(session.id, exc) from None
 

@@ -21,8 +21,7 @@ from dsh.plugins.schedule.fold import (
     Folded,
     Record,
     ScheduleLogError,
-    fold,
-    seed_length,
+    fold_session,
 )
 from dsh.plugins.schedule.timespec import (
     MAX_MS,
@@ -156,7 +155,7 @@ class ScheduleTools:
 
     def _fold(self, agent: Any) -> Folded:
         session = agent.session
-        return fold(session.events, seed_length(session.header))
+        return fold_session(session)
 
     async def create(self, args: Any, call: ToolCall) -> list[ContentBlock]:
         agent = call.agent
