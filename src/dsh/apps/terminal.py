@@ -133,6 +133,8 @@ async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
     app.set_stop_input(stop.set)
     try:
         while not stop.is_set():
+            if app.agent.status == "running" or app.agent.queued:
+                await app.settle()  # a reminder turn started before the prompt: let it finish
             try:
                 line = await prompt.prompt_async("> ", handle_sigint=False, default=carry)
             except (KeyboardInterrupt, EOFError):
