@@ -179,3 +179,26 @@ def test_the_worker_keeps_running_and_delivers_a_reminder_of_a_session_closed_me
         assert worker.returncode == 0, err
         assert "delivered schedule-1" in out
         assert "Time to water the plants." in json.dumps(events_of(log))
+
+
+def test_a_reminder_whose_turn_fails_stays_due_and_is_delivered_by_the_next_run(workdir: Path) -> None:
+    with SSEServer() as server:
+        opts = ["--base-url", server.base_url, "--model", "test-model"]
+        server.push(tool_call("schedule_create", {"prompt": "pay rent", "after_seconds": 1}), text("Sure."))
+        chat = run_dsh(["chat", *opts], workdir, stdin="remind me to pay rent\n")
+        assert chat.returncode == 0, chat.stderr
+        [log] = session_files(workdir)
+        time.sleep(1.1)
+        server.push(*[Reply.error(400, "bad request")] * 4)  # the endpoint refuses the reminder turn
+        failed = run_dsh(["reminders", "run", "--once", *opts], workdir)
+        assert failed.returncode == 1
+        assert "the reminder turn did not complete; it stays due" in failed.stderr
+        assert not [c for c in schedule_changes(events_of(log)) if c["operation"] == "dispatch"]
+        server.replies.clear()  # whatever the client did not retry
+        server.push(text("Reminder: pay rent."))
+        worker = run_dsh(["reminders", "run", "--once", *opts], workdir)
+        assert worker.returncode == 0, worker.stderr
+        events = events_of(log)
+        assert [c["operation"] for c in schedule_changes(events)] == ["create", "dispatch"]
+        ends = [e["data"]["reason"]["kind"] for e in events if e["type"] == "turn/end"]
+        assert ends == ["completed", "error", "completed"]

@@ -246,3 +246,26 @@ async def test_a_corrupt_schedule_log_is_refused_at_load(rig: Rig) -> None:
     assert "again" not in rig.schedule.owners  # nothing is delivered from a log that does not fold
     result = await rig.ctx.tools.execute(call_id="c", name="schedule_list", arguments={}, agent=agent)
     assert json.loads(result.content[0]["text"]) == {"code": "corrupt_schedule_log", "message": "The session schedule log is corrupt."}
+
+
+async def test_a_store_that_cannot_confirm_makes_the_answer_persistence_uncertain(rig: Rig) -> None:
+    failing = True
+
+    def flush(_session: Any) -> None:
+        if failing:
+            raise OSError("disk full")
+
+    rig.ctx.on("session/flush", flush)
+    value, _ = await rig.call("schedule_create", {"prompt": "x", "after_seconds": 5})
+    assert value == {
+        "code": "persistence_uncertain",
+        "message": "Schedule persistence is uncertain; retry with schedule_list before relying on this result.",
+        "operation": "create",
+    }
+    assert rig.events("schedule/change") == []  # nothing promised before the store answered
+    failing = False
+    value, _ = await rig.call("schedule_create", {"prompt": "x", "after_seconds": 5})
+    assert value["id"] == "schedule-1"
+    failing = True
+    value, _ = await rig.call("schedule_delete", {"id": "schedule-1"})
+    assert value["code"] == "persistence_uncertain" and value["operation"] == "delete" and value["id"] == "schedule-1"
