@@ -269,3 +269,23 @@ async def test_a_store_that_cannot_confirm_makes_the_answer_persistence_uncertai
     failing = True
     value, _ = await rig.call("schedule_delete", {"id": "schedule-1"})
     assert value["code"] == "persistence_uncertain" and value["operation"] == "delete" and value["id"] == "schedule-1"
+
+
+async def test_dispatch_follows_the_reminder_turn_not_a_turn_that_slipped_in_before_it(rig: Rig) -> None:
+    """An injection turn opened between queueing the reminder and its turn must not count as the
+    reminder's delivery: here the reminder turn itself fails, so nothing is dispatched."""
+    await rig.call("schedule_create", {"prompt": "x", "after_seconds": 5})
+
+    def on_queued(agent: Any, content: Any, info: Any) -> None:
+        if info["source"] == SOURCE and not rig.events("context/message"):
+            agent.inject([{"type": "text", "text": "a note"}], source={"kind": "plugin", "plugin": "other"})
+
+    rig.ctx.on("agent/queued", on_queued)
+    rig.model.add(Reply(error=RuntimeError("model down")))
+    rig.clock.advance(10_000)
+    rig.poke()
+    await until(lambda: len(rig.events("turn/end")) == 2)
+    await settle()
+    ends = [e.data["reason"]["kind"] for e in rig.events("turn/end")]
+    assert ends == ["completed", "error"]  # the injection turn, then the failed reminder turn
+    assert [e.data["operation"] for e in rig.events("schedule/change")] == ["create"]

@@ -111,13 +111,20 @@ def describe(text: str) -> str | None:
     return None
 
 
-def _turn_end(agent: Agent, turn: int) -> dict[str, Any] | None:
-    for event in reversed(agent.session.events):
-        if event.type == "turn/end" and type(event.data) is dict and event.data.get("turn") == turn:
-            reason = event.data.get("reason")
+def _reminder_turn_end(agent: Agent, since: int) -> dict[str, Any] | None:
+    """The end reason of the turn, begun at or after seq ``since``, that carried our framing
+    message (``None`` while it has not ended, or if it never started)."""
+    open_turn: Any = None
+    ours: Any = None
+    for event in agent.session.events[since:]:
+        data = event.data if type(event.data) is dict else {}
+        if event.type == "turn/start":
+            open_turn = data.get("turn")
+        elif event.type == "user/message" and ours is None and is_reminder_source(data.get("source")):
+            ours = open_turn
+        elif event.type == "turn/end" and ours is not None and data.get("turn") == ours:
+            reason = data.get("reason")
             return reason if type(reason) is dict else None
-        if event.type == "turn/start" and type(event.data) is dict and event.data.get("turn") == turn:
-            return None
     return None
 
 
@@ -143,14 +150,14 @@ async def deliver_once(ctx: Context, agent: Agent) -> OneShot | Batch | Wait | N
     decision = current(agent, _clock.now_ms())
     if isinstance(decision, Wait):
         return decision
-    turn = agent.session.last_turn + 1
+    since = len(agent.session.events)
     agent.send([{"type": "text", "text": render(decision)}], source=SOURCE)
     while not agent.disposed and busy(agent):
         await agent.when_idle()
-    reason = _turn_end(agent, turn)
+    reason = _reminder_turn_end(agent, since)
     kind = reason.get("kind") if reason is not None else None
     if kind not in DISPATCH_ON:
-        log.warning('agent "%s": reminder turn %s ended %s; it stays due', agent.id, turn, kind or "without a turn/end")
+        log.warning('agent "%s": the reminder turn ended %s; it stays due', agent.id, kind or "without a turn/end")
         return None
     # Re-check what the turn did (a tool in it may have deleted the reminder): dispatch only
     # what is still active, so the log stays a valid fold.
