@@ -202,3 +202,38 @@ def test_a_reminder_whose_turn_fails_stays_due_and_is_delivered_by_the_next_run(
         assert [c["operation"] for c in schedule_changes(events)] == ["create", "dispatch"]
         ends = [e["data"]["reason"]["kind"] for e in events if e["type"] == "turn/end"]
         assert ends == ["completed", "error", "completed"]
+
+
+NO_SCHEDULE = """\
+- id: llm
+  name: echo-llm
+- id: app
+  name: stdio-app
+  config: {model: mock-echo}
+"""
+
+
+def test_the_worker_skips_a_session_open_in_another_process(workdir: Path) -> None:
+    from tests.apps.conftest import Interactive
+
+    with SSEServer() as server:
+        opts = ["--base-url", server.base_url, "--model", "test-model"]
+        server.push(tool_call("schedule_create", {"prompt": "stand up", "after_seconds": 1}), text("OK."))
+        chat = run_dsh(["chat", *opts], workdir, stdin="remind me to stand up\n")
+        assert chat.returncode == 0, chat.stderr
+        [log] = session_files(workdir)
+        session_id = json.loads(log.read_text().splitlines()[0])["id"]
+        (workdir / "plain.yml").write_text(NO_SCHEDULE)  # a composition that does not deliver
+        holder = Interactive(["chat", "--config", "plain.yml", "--resume", session_id], workdir)
+        try:
+            holder.read_until("ready.")
+            time.sleep(1.1)
+            skipped = run_dsh(["reminders", "run", "--once", *opts], workdir)
+            assert skipped.returncode == 0, skipped.stderr
+            assert "delivered" not in skipped.stdout and not server.requests[2:]
+        finally:
+            rc, _, err = holder.close()
+        assert rc == 0, err
+        server.push(text("Stand up!"))
+        worker = run_dsh(["reminders", "run", "--once", *opts], workdir)
+        assert worker.returncode == 0 and "delivered schedule-1" in worker.stdout, worker.stderr
