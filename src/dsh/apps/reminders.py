@@ -31,22 +31,18 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsh import _clock
-from dsh.agent import agent as agents_plugin
-from dsh.agent import loop as loop_plugin
-from dsh.agent import sessions as sessions_plugin
-from dsh.agent import system_prompt as system_prompt_plugin
-from dsh.llm import service as llm_plugin
 from dsh.persistence.base import SessionLocked, SessionStore, StoreError
-from dsh.plugins.schedule.delivery import deliver_once
-from dsh.plugins.schedule.fold import OneShot, ScheduleLogError, Wait, decide, fold, seed_length
-from dsh.plugins.schedule.plugin import CorruptScheduleLog, check_session
-from dsh.plugins.time_context import format_timestamp, resolve_zone
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins
-from dsh.tools import registry as tools_plugin
+
+if TYPE_CHECKING:
+    from dsh.agent.loop import AgentLoop
+
+# The agent spine, the schedule plugin and time-context are imported where they are used, so
+# that every other dsh command, which builds this parser too, does not pay for them.
 
 log = logging.getLogger("dsh.reminders")
 
@@ -100,7 +96,13 @@ def store_entry(args: argparse.Namespace) -> tuple[PluginEntry, Path | None]:
 
 async def mount_worker(ctx: Context, args: argparse.Namespace) -> None:
     """``dsh chat``'s default composition without the app, ``schedule`` in worker mode."""
+    from dsh.agent import agent as agents_plugin
+    from dsh.agent import loop as loop_plugin
+    from dsh.agent import sessions as sessions_plugin
+    from dsh.agent import system_prompt as system_prompt_plugin
     from dsh.cli import default_entries
+    from dsh.llm import service as llm_plugin
+    from dsh.tools import registry as tools_plugin
 
     for plugin in (sessions_plugin, llm_plugin, system_prompt_plugin, agents_plugin, tools_plugin):
         await ctx.plugin(plugin)
@@ -127,6 +129,8 @@ class Row:
 
 async def collect(store: SessionStore, now: int) -> tuple[list[Row], list[str]]:
     """Every active reminder in the store, and one problem line per unreadable session."""
+    from dsh.plugins.schedule.fold import ScheduleLogError, fold, seed_length
+
     rows: list[Row] = []
     problems: list[str] = []
     for info in await store.list():
@@ -147,6 +151,7 @@ async def collect(store: SessionStore, now: int) -> tuple[list[Row], list[str]]:
 
 async def list_reminders(args: argparse.Namespace) -> int:
     from dsh.cli import open_store
+    from dsh.plugins.time_context import format_timestamp, resolve_zone
 
     store, ctx = await open_store(args)
     try:
@@ -187,7 +192,11 @@ class Pass:
 
 async def serve_session(ctx: Context, session_id: str, model: str | None, result: Pass) -> None:
     """Resume one session (taking its writer lock), deliver everything due, release it."""
-    loop: loop_plugin.AgentLoop = ctx.agent_loop
+    from dsh.plugins.schedule.delivery import deliver_once
+    from dsh.plugins.schedule.fold import OneShot, Wait
+    from dsh.plugins.schedule.plugin import CorruptScheduleLog, check_session
+
+    loop: AgentLoop = ctx.agent_loop
     try:
         agent = await loop.resume("main", session_id, model=model)
     except SessionLocked:
@@ -220,6 +229,8 @@ async def serve_session(ctx: Context, session_id: str, model: str | None, result
 
 async def sweep(ctx: Context, model: str | None) -> Pass:
     """One pass over the store: serve every session with a due reminder."""
+    from dsh.plugins.schedule.fold import ScheduleLogError, Wait, decide, fold, seed_length
+
     store: SessionStore = ctx.session_store
     result = Pass()
     for info in await store.list():
