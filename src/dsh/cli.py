@@ -1,9 +1,9 @@
-"""The ``dsh`` command line: ``dsh chat``, ``dsh sessions`` and ``dsh mcp``.
+"""The ``dsh`` command line: ``dsh chat``, ``dsh sessions``, ``dsh mcp`` and ``dsh reminders``.
 
 Owns argument parsing, the built-in default composition (``mock-echo`` or ``openai-llm``,
-``echo-tool``, MCP discovery (``mcp`` with ``discover: true``), ``time-context``, JSONL sessions
-under ``./.sessions``, ``stdio-app``), choosing a session store for the ``sessions`` commands,
-and turning every error a person can cause into one line on stderr: exit 2 for usage and
+``echo-tool``, MCP discovery (``mcp`` with ``discover: true``), ``time-context``, ``schedule``,
+JSONL sessions, ``stdio-app``), choosing a session store for the ``sessions`` commands, and
+turning every error a person can cause into one line on stderr: exit 2 for usage and
 configuration errors, 1 for runtime failures, never a traceback unless ``--debug``.
 """
 
@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         _store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
     mcp_cmd.add_parser(commands, _Parser)
+    from dsh.apps import reminders
+
+    reminders.add_parser(commands, _store_options)
     return parser
 
 
@@ -164,6 +167,7 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         # MCP servers of the project's .mcp.json and the user's mcp.json (none: nothing mounted).
         PluginEntry(id="mcp", name="mcp", config={"discover": True}),
         PluginEntry(id="time-context", name="time-context"),
+        PluginEntry(id="schedule", name="schedule"),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),
     ]
@@ -340,6 +344,9 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             )
         if recorded is not None and not ctx.llm.has_model(recorded):
             raise UsageError(_unserved(args, recorded))
+        schedule = ctx.get("schedule")
+        if schedule is not None:
+            schedule.check(app.agent)  # a corrupt schedule log refuses the session
         loop = asyncio.get_running_loop()
         stop = _install_signal_handlers(loop, app)
         try:
@@ -407,6 +414,10 @@ class _EscapingFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return escape_controls(super().format(record))
+async def cmd_reminders(args: argparse.Namespace) -> int:
+    from dsh.apps import reminders
+
+    return await reminders.run_command(args)
 
 
 def _configure_logging(debug: bool) -> None:
@@ -429,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(debug)
     try:
         args = build_parser().parse_args(argv)
-        runner = {"chat": cmd_chat, "mcp": mcp_cmd.run}.get(args.command, cmd_sessions)
+        runner = {"chat": cmd_chat, "mcp": mcp_cmd.run, "sessions": cmd_sessions}.get(args.command, cmd_reminders)
         try:
             status = asyncio.run(runner(args))
             sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit

@@ -12,7 +12,7 @@ import pytest
 
 import dsh
 from dsh.runtime import AbortController
-from dsh.tools import ToolCall, ToolError, ToolRegistry
+from dsh.tools import ToolCall, ToolRegistry
 
 
 class Unit(enum.Enum):

@@ -31,6 +31,8 @@ WIRE_READING = re.compile(
     r"Elapsed since the preceding (?:model-visible message|step context): [^\n]+\.</context>",
 )
 USAGE = {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27}
+# The default composition: echo-tool plus the schedule plugin's three tools (sorted by name).
+DEFAULT_TOOLS = ["echo", "schedule_create", "schedule_delete", "schedule_list"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -191,7 +193,7 @@ def test_tool_calling_turn_with_time_context_over_base_url(
     for body in (first, second):
         assert body["model"] == "test-model"
         assert body["stream"] is True
-        assert [t["function"]["name"] for t in body["tools"]] == ["echo"]
+        assert [t["function"]["name"] for t in body["tools"]] == DEFAULT_TOOLS
 
     m1 = first["messages"]
     assert [m["role"] for m in m1] == ["system", "user", "user"]
@@ -255,7 +257,7 @@ def test_deepseek_model_needs_no_config_file(
     assert (req.method, req.path) == ("POST", "/chat/completions")
     body = req.json
     assert body["model"] == "deepseek-v4-flash"
-    assert [t["function"]["name"] for t in body["tools"]] == ["echo"]
+    assert [t["function"]["name"] for t in body["tools"]] == DEFAULT_TOOLS
     messages = body["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "user"]
     assert messages[1]["content"] == "hello"

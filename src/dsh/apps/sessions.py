@@ -23,6 +23,8 @@ from dsh.apps.escape import escape_controls
 from dsh.compose import open_store
 from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore, StoredSession, StoreError
+from dsh.plugins.schedule.delivery import describe as reminder_summary
+from dsh.plugins.schedule.delivery import describe_change
 from dsh.session import DerivedMessages, Event, Session, decode_event, encode_event
 
 
@@ -128,6 +130,9 @@ def _timeline_entry(event: Event) -> str | None:
         source = data.get("source") or {}
         if source.get("plugin") == "compact":
             return f"{at}  ▣ checkpoint  {_text(data.get('content'))}"
+        if source.get("plugin") == "tool-schedule":
+            text = _text(data.get("content"))
+            return f"{at}  ⏰ reminder {reminder_summary(text) or text}"
         return f"{at}  you        {_text(data.get('content'))}"
     if kind == "context/message":
         source = data.get("source") or {}
@@ -151,6 +156,8 @@ def _timeline_entry(event: Event) -> str | None:
         return f"{at}  ▣ compaction failed: {data.get('error')}"
     if kind == "prompt/blocked":
         return f"{at}  blocked    {data.get('reason')}"
+    if kind == "schedule/change":
+        return f"{at}  ⏰ schedule {describe_change(data)}"
     return None
 
 

@@ -80,6 +80,7 @@ class Renderer:
         self._in_reasoning = False
         self.on_first_token: Callable[[], None] | None = None
         self.on_reading: Callable[[str], None] | None = None
+        self.on_reminder: Callable[[str], None] | None = None
 
     def label(self, session: Session) -> str:
         for agent in self._ctx.agents.list():
@@ -118,6 +119,10 @@ class Renderer:
             self._end_reasoning()
             self._first_token()
             write(self.prompt)
+        elif kind == "user/message" and self.on_reminder is not None:
+            source = data.get("source") or {}
+            if source.get("kind") == "plugin" and source.get("plugin") == "tool-schedule":
+                self.on_reminder(_tool_result_text(data))
         elif kind == "context/message" and self.on_reading is not None:
             source = data.get("source") or {}
             if source.get("plugin") == "time-context":

@@ -26,6 +26,7 @@ from rich.markup import escape
 
 from dsh.agent.agent import Agent
 from dsh.apps.escape import escape_controls
+from dsh.plugins.schedule.delivery import describe as describe_reminder
 from dsh.runtime import Context
 from dsh.session import Event, Session
 
@@ -35,6 +36,7 @@ DIM, RESET = "\x1b[2m", "\x1b[0m"
 class _Renderer(Protocol):
     on_first_token: Callable[[], None] | None
     on_reading: Callable[[str], None] | None
+    on_reminder: Callable[[str], None] | None
 
     def __call__(self, session: Session, event: Event) -> None: ...
 
@@ -66,6 +68,7 @@ class TerminalApp(Protocol):
     def set_stop_input(self, callback: Callable[[], None]) -> None: ...
     async def settle(self) -> None: ...
 
+REMINDER_TURN = "\x00reminder-turn"
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 CLEAR_LINE = "\r\x1b[K"
 
@@ -100,10 +103,20 @@ class _Spinner:
 class _Writer:
     def __init__(self, stdout: TextIO) -> None:
         self._stdout = stdout
+        # While the idle prompt is being taken down for a reminder turn, output waits here.
+        self.held: list[str] | None = None
 
     def __call__(self, text: str) -> None:
+        if self.held is not None:
+            self.held.append(text)
+            return
         self._stdout.write(text)
         self._stdout.flush()
+
+    def release(self) -> None:
+        held, self.held = self.held, None
+        if held:
+            self("".join(held))
 
 
 def _history(app: TerminalApp) -> FileHistory | InMemoryHistory:
@@ -126,10 +139,19 @@ async def run_terminal(app: TerminalApp, stdout: TextIO) -> None:
     renderer = app.renderer(write, colour=True, prompt="\n")  # sanitises by default
     renderer.on_first_token = spinner.stop
     renderer.on_reading = lambda text: write(f"{DIM}⏱ {text.replace(chr(10), ' · ')}{RESET}\n")
+    renderer.on_reminder = lambda text: write(f"{DIM}⏰ reminder {describe_reminder(text) or text}{RESET}\n")
+    carry = ""  # what the user had typed when a reminder turn took the prompt down
 
     def on_event(session: Session, event: Event) -> None:
+        nonlocal carry
         if session is not app.agent.session:
             return
+        if event.type == "turn/start" and prompt.app.is_running:
+            # A turn nobody typed (a due reminder) opens while the prompt is idle: take the
+            # prompt down (keeping what was typed) and show the turn.
+            carry = prompt.default_buffer.text
+            write.held = []
+            prompt.app.exit(result=REMINDER_TURN)
         if event.type == "step/start":
             spinner.start()
         elif event.type in ("step/end", "turn/end"):
@@ -149,10 +171,17 @@ async def run_terminal(app: TerminalApp, stdout: TextIO) -> None:
     app.set_stop_input(stop.set)
     try:
         while not stop.is_set():
+            if app.agent.status == "running" or app.agent.queued:
+                await app.settle()  # a reminder turn started before the prompt: let it finish
             try:
-                line = await prompt.prompt_async("> ", handle_sigint=False)
+                line = await prompt.prompt_async("> ", handle_sigint=False, default=carry)
             except (KeyboardInterrupt, EOFError):
                 break
+            if line is REMINDER_TURN:
+                write.release()
+                await app.settle()
+                continue
+            carry = ""
             note = app.submit(line)
             if note:
                 print(f"dsh: {escape_controls(note)}", file=sys.stderr)

@@ -1,0 +1,283 @@
+"""``dsh reminders``: reminders across the whole store, and a worker for closed sessions.
+
+Owns the ``reminders`` command line:
+
+- ``list [--json]``: every active reminder of every stored session (session, id, due time in
+  the user's zone, state, kind, prompt), soonest first. Read-only: it takes no lock and works
+  while other processes write.
+- ``run [--once] [--poll SECONDS]``: the worker. It takes ``dsh chat``'s model and store options
+  (``--model``, ``--base-url``, ``--store``, ``--root``, ``--sqlite``, ``--dsn``, ``--config``),
+  mounts the same composition as ``dsh chat`` (with ``schedule`` in ``live: false`` mode, since
+  the worker delivers itself) and, for each session with a due reminder, resumes it, runs the
+  reminder turns with the session's model and tools, flushes, and releases it.
+
+Claiming is the store's writer lock: resuming takes it, so a session open in ``dsh chat`` (whose
+own process delivers) or being served by another worker is skipped, and with PostgreSQL several
+workers on several hosts share the work. After taking the lock the worker folds the log again,
+so a reminder another worker delivered a moment earlier is not delivered twice. The dispatch is
+appended after the reminder turn: a worker killed between the two repeats that reminder once on
+the next run, and never loses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dsh import _clock
+from dsh.persistence.base import SessionLocked, SessionStore, StoreError
+from dsh.runtime import Context
+from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins
+
+if TYPE_CHECKING:
+    from dsh.agent.loop import AgentLoop
+
+# The agent spine, the schedule plugin and time-context are imported where they are used, so
+# that every other dsh command, which builds this parser too, does not pay for them.
+
+log = logging.getLogger("dsh.reminders")
+
+DEFAULT_POLL_S = 30.0
+
+
+def add_parser(commands: Any, store_options: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add ``dsh reminders list|run`` to the top-level subcommands."""
+    reminders = commands.add_parser("reminders", help="reminders of every stored session; the delivery worker")
+    sub = reminders.add_subparsers(dest="action", required=True, parser_class=type(reminders))
+    listing = sub.add_parser("list", help="every active reminder, soonest first")
+    listing.add_argument("--json", action="store_true")
+    run = sub.add_parser("run", help="deliver due reminders of sessions nobody has open")
+    run.add_argument("--once", action="store_true", help="one pass over the store, then exit")
+    run.add_argument("--poll", type=float, default=DEFAULT_POLL_S, metavar="SECONDS", help="how often to look for new reminders")
+    run.add_argument("--model", help="model name (default: each session's own model)")
+    run.add_argument("--base-url", help="any OpenAI-compatible endpoint")
+    for sub_parser in (listing, run):
+        store_options(sub_parser)
+        sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+
+
+# -- stores ----------------------------------------------------------------------------------
+
+
+def store_entry(args: argparse.Namespace) -> tuple[PluginEntry, Path | None]:
+    """The store plugin entry the options name (as ``dsh sessions`` chooses it)."""
+    from dsh.cli import DEFAULT_ROOT, STORE_NAMES
+
+    kind, root, sqlite = args.store, args.root, args.sqlite
+    base = Path(args.config).resolve().parent if args.config else None
+    if args.config and not kind:
+        entries = [e for e in load_config_file(args.config) if not e.disabled]
+        stores = [e for e in entries if e.name in STORE_NAMES]
+        if stores:
+            return stores[-1], base
+        apps = [e.config or {} for e in entries if e.name in ("stdio-app", "dsh.apps.stdio")]
+        if apps:
+            kind = apps[0].get("store", "jsonl")
+            root = root or apps[0].get("persistenceRoot")
+            sqlite = sqlite or apps[0].get("sqlitePath")
+    kind = kind or "jsonl"
+    folder = Path(root or DEFAULT_ROOT).expanduser().resolve()
+    if kind == "jsonl":
+        return PluginEntry("store", "jsonl-sessions", {"root": str(folder)}), base
+    if kind == "sqlite":
+        path = Path(sqlite).expanduser().resolve() if sqlite else folder / "sessions.sqlite3"
+        return PluginEntry("store", "sqlite-sessions", {"path": str(path)}), base
+    return PluginEntry("store", "postgres-sessions", {"dsn": args.dsn} if args.dsn else {}), base
+
+
+async def mount_worker(ctx: Context, args: argparse.Namespace) -> None:
+    """``dsh chat``'s default composition without the app, ``schedule`` in worker mode."""
+    from dsh.agent import agent as agents_plugin
+    from dsh.agent import loop as loop_plugin
+    from dsh.agent import sessions as sessions_plugin
+    from dsh.agent import system_prompt as system_prompt_plugin
+    from dsh.cli import default_entries
+    from dsh.llm import service as llm_plugin
+    from dsh.tools import registry as tools_plugin
+
+    for plugin in (sessions_plugin, llm_plugin, system_prompt_plugin, agents_plugin, tools_plugin):
+        await ctx.plugin(plugin)
+    chat = argparse.Namespace(**{**vars(args), "resume": None, "store": None})
+    entries = [e for e in default_entries(chat) if e.name not in ("stdio-app", "schedule")]
+    entries.append(PluginEntry("schedule", "schedule", {"live": False}))
+    store, base = store_entry(args)
+    await load_plugins(ctx, [store, *entries], base_dir=base)
+    await ctx.plugin(loop_plugin)
+
+
+# -- list ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    session: str
+    id: str
+    kind: str
+    prompt: str
+    due: int
+    state: str
+
+
+async def collect(store: SessionStore, now: int) -> tuple[list[Row], list[str]]:
+    """Every active reminder in the store, and one problem line per unreadable session."""
+    from dsh.plugins.schedule.fold import ScheduleLogError, fold, seed_length
+
+    rows: list[Row] = []
+    problems: list[str] = []
+    for info in await store.list():
+        try:
+            stored = await store.read(info.id)
+            state = fold(stored.events, seed_length(stored.header))
+        except (StoreError, ScheduleLogError) as exc:
+            problems.append(f"session {info.id}: {exc}")
+            continue
+        for record in state.active.values():
+            rows.append(
+                Row(info.id, record.id, record.kind, record.prompt, record.scheduled_at,
+                    "overdue" if now >= record.scheduled_at else "scheduled")
+            )
+    rows.sort(key=lambda r: (r.due, r.session, r.id))
+    return rows, problems
+
+
+async def list_reminders(args: argparse.Namespace) -> int:
+    from dsh.cli import open_store
+    from dsh.plugins.time_context import format_timestamp, resolve_zone
+
+    store, ctx = await open_store(args)
+    try:
+        rows, problems = await collect(store, _clock.now_ms())
+    finally:
+        await ctx.dispose()
+    zone, zone_name = resolve_zone(None)
+    if args.json:
+        for row in rows:
+            print(json.dumps({"session": row.session, "id": row.id, "kind": row.kind, "prompt": row.prompt,
+                              "due": format_timestamp(row.due, zone, zone_name), "dueMs": row.due,
+                              "state": row.state}, ensure_ascii=False))
+    elif rows:
+        for row in rows:
+            print(f"{row.session}  {row.id}  {format_timestamp(row.due, zone, zone_name)}  {row.state}  "
+                  f"{row.kind}  {json.dumps(row.prompt, ensure_ascii=False)}")
+    else:
+        print("no active reminders", file=sys.stderr)
+    for problem in problems:
+        print(f"dsh: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+# -- run -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Pass:
+    delivered: int = 0
+    failed: int = 0
+    skipped: int = 0
+    next_due: int | None = None
+
+    def wake_at(self, at: int | None) -> None:
+        if at is not None and (self.next_due is None or at < self.next_due):
+            self.next_due = at
+
+
+async def serve_session(ctx: Context, session_id: str, model: str | None, result: Pass) -> None:
+    """Resume one session (taking its writer lock), deliver everything due, release it."""
+    from dsh.plugins.schedule.delivery import deliver_once
+    from dsh.plugins.schedule.fold import OneShot, Wait
+    from dsh.plugins.schedule.plugin import CorruptScheduleLog, check_session
+
+    loop: AgentLoop = ctx.agent_loop
+    try:
+        agent = await loop.resume("main", session_id, model=model)
+    except SessionLocked:
+        result.skipped += 1  # open in dsh chat (it delivers) or served by another worker
+        return
+    try:
+        check_session(agent.session)
+        if agent.options.model is None:
+            from dsh.cli import ECHO_MODEL
+
+            agent.options.model = ECHO_MODEL
+        while True:
+            decision = await deliver_once(ctx, agent)
+            if decision is None:
+                result.failed += 1
+                print(f"dsh: session {session_id}: the reminder turn did not complete; it stays due", file=sys.stderr)
+                return
+            if isinstance(decision, Wait):
+                result.wake_at(decision.until)
+                return
+            result.delivered += 1
+            ids = [decision.record.id] if isinstance(decision, OneShot) else [i.record.id for i in decision.items]
+            print(f"delivered {', '.join(ids)} in session {session_id} (turn {agent.session.last_turn})", flush=True)
+    except CorruptScheduleLog as exc:
+        result.failed += 1
+        print(f"dsh: {exc}", file=sys.stderr)
+    finally:
+        await agent.dispose()
+
+
+async def sweep(ctx: Context, model: str | None) -> Pass:
+    """One pass over the store: serve every session with a due reminder."""
+    from dsh.plugins.schedule.fold import ScheduleLogError, Wait, decide, fold, seed_length
+
+    store: SessionStore = ctx.session_store
+    result = Pass()
+    for info in await store.list():
+        try:
+            stored = await store.read(info.id)
+            decision = decide(fold(stored.events, seed_length(stored.header)), _clock.now_ms())
+        except (StoreError, ScheduleLogError) as exc:
+            result.failed += 1
+            print(f"dsh: session {info.id}: {exc}", file=sys.stderr)
+            continue
+        if isinstance(decision, Wait):
+            result.wake_at(decision.until)
+            continue
+        await serve_session(ctx, info.id, model, result)
+    return result
+
+
+async def run_worker(args: argparse.Namespace) -> int:
+    ctx = Context()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+            installed.append(signum)
+    failed = 0
+    try:
+        await mount_worker(ctx, args)
+        while not stop.is_set():
+            result = await sweep(ctx, args.model)
+            failed += result.failed
+            if args.once:
+                break
+            delay = max(0.05, args.poll)
+            if result.next_due is not None:
+                delay = min(delay, max(0.05, (result.next_due - _clock.now_ms()) / 1000))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+        await ctx.dispose()
+    return 1 if failed else 0
+
+
+async def run_command(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        return await list_reminders(args)
+    return await run_worker(args)
