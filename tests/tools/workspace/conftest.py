@@ -32,7 +32,10 @@ class FakeAgent:
 
     def inject(self, content: Any, *, source: Any = None, envelope: Any = None, meta: Any = None) -> None:
         self.injected.append(content)
-        self.session.append("context/message", {"content": content, "source": source}, surface_op="append")
+        data = {"content": content, "source": source}
+        if envelope is not None:
+            data["envelope"] = envelope
+        self.session.append("context/message", data, surface_op="append")
 
 
 @dataclass

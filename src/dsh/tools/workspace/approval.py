@@ -10,7 +10,7 @@ the log-only pair ``approval/asked`` ``{id, toolName, callId?, reason?}`` and
 Beyond the reference: an asker may answer ``allowed-session``, which allows that tool for the rest
 of the session (the rule is folded back from the log on resume), and the asker sees the call's
 arguments. The effective policy is told to the model once per session, in the reference's wording,
-as an append-only ``context/message``; a later policy change appends a new notice.
+as an append-only raw ``context/message`` framed in ``<system-reminder>``; a later policy change appends a new notice.
 
 The tool registry calls :meth:`ApprovalService.authorize` for every tool with
 ``Tool.needs_approval`` (an untrusted MCP server's tools, say) or listed in ``approvalRequired``;
@@ -143,7 +143,8 @@ class ApprovalService:
                         state.allowed.add(tool)
                 elif event.type == "context/message" and event.data.get("source") == SOURCE:
                     content = event.data.get("content") or []
-                    state.notice = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+                    framed = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+                    state.notice = framed.removeprefix("<system-reminder>\n").removesuffix("\n</system-reminder>")
         return state
 
     def requires(self, tool: Tool) -> bool:
@@ -231,4 +232,7 @@ class ApprovalService:
         if state.notice == text:
             return
         state.notice = text
-        agent.inject([{"type": "text", "text": text}], source=dict(SOURCE))
+        # Framed like the other harness reminders and logged raw, so the sentence reaches the
+        # model verbatim, once, after the history it applies to.
+        framed = f"<system-reminder>\n{text}\n</system-reminder>"
+        agent.inject([{"type": "text", "text": framed}], source=dict(SOURCE), envelope="raw")
