@@ -45,10 +45,10 @@ class Job:
     watcher: asyncio.Task[None] | None = None
 
     def status_line(self) -> str:
-        if self.status == "running":
-            return "[status: running]"
+        if self.status in ("running", "killed"):
+            return f"[status: {self.status}]"
         detail = ""
-        if self.outcome is not None and self.outcome.exit_code is not None and self.status != "killed":
+        if self.outcome is not None and self.outcome.exit_code is not None:
             detail = f", exit code: {self.outcome.exit_code}"
         elif self.outcome is not None and self.outcome.signal is not None:
             detail = f", signal: {self.outcome.signal}"

@@ -56,7 +56,7 @@ def bwrap_status(bwrap: str | None = None) -> str | None:
     Probed once per binary per process (a ~5 ms ``bwrap ... true``), so a host where user
     namespaces are off is reported as clearly as a missing binary."""
     exe = bwrap or shutil.which("bwrap")
-    if exe is None:
+    if exe is None or not os.path.exists(exe):
         return (
             "sandbox unavailable: bubblewrap (bwrap) is not installed; install it "
             "(e.g. apt-get install bubblewrap) or choose --sandbox danger-full-access explicitly"
