@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +65,11 @@ class JobManager:
 
     async def start(self, call: ToolCall, command: str, argv: list[str], workdir: Path, env: dict[str, str]) -> Job:
         owner = session_id(call)
-        job_id = f"bash-{uuid.uuid4().hex[:8]}"
+        # ``bash-N`` as in the reference, numbered past every id this session ever announced
+        # (in this process or an earlier one), so a lost job's id is never reused.
+        used = [job.id for job in self.owned(owner)] + _earlier_jobs(call)
+        numbers = [int(i[5:]) for i in used if i.startswith("bash-") and i[5:].isdigit()]
+        job_id = f"bash-{max(numbers, default=0) + 1}"
         output = self.spill.path_for(owner, job_id)
         process = await spawn(argv, cwd=workdir, env=env, stdout=output, stderr=None, grace_ms=self.grace_ms)
         job = Job(job_id, owner, command, process, _clock.now_ms())
