@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ws_support import needs_bwrap
-
 from tests.apps.conftest import run_dsh, session_files
 from tests.llm.sse_server import Reply, SSEServer, chunk
+from ws_support import needs_bwrap
 
 pytestmark = [pytest.mark.slow, needs_bwrap]
 
@@ -123,3 +122,66 @@ def test_coding_task(tmp_path: Path) -> None:
     requests_view = run_dsh(["sessions", "requests", session_id], repo)
     assert requests_view.returncode == 0, requests_view.stderr
     assert "1 passed" in requests_view.stdout and "bash-1" in requests_view.stdout
+
+
+@pytest.mark.parametrize("sandbox", ["workspace-write", "danger-full-access"])
+def test_ctrl_c_during_long_bash_aborts_with_no_orphan(tmp_path: Path, sandbox: str) -> None:
+    import os
+    import signal
+    import time
+
+    import psutil
+    from tests.apps.conftest import Interactive
+
+    repo = _repo(tmp_path / "repo")
+    marker = f"{os.getpid() % 1000}{time.monotonic_ns() % 100000}"
+    command = f"sleep 310.{marker} & sleep 311.{marker}; echo never"
+
+    def marked() -> list[int]:
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            if any(marker in part for part in proc.info["cmdline"] or ()):
+                found.append(proc.pid)
+        return found
+
+    with SSEServer() as server:
+        server.push(_call(1, "bash", {"command": command, "description": "Sleep a long time"}))
+        server.push(Reply.sse([chunk(content="ok"), chunk(finish="stop")]))
+        extra = ["--sandbox", sandbox]
+        if sandbox == "danger-full-access":
+            # Unconfined bash asks first; with no one to ask it would be refused, so this case
+            # opts out through a config file entry (askUnconfinedBash: false).
+            (tmp_path / "dsh.yaml").write_text(
+                "- {id: llm, name: openai-llm, config: {models: [test-model], baseURL: '"
+                + server.base_url + "', apiKey: none}}\n"
+                "- {id: ws, name: workspace-tools, config: {askUnconfinedBash: false}}\n"
+                "- {id: app, name: stdio-app, config: {model: test-model}}\n"
+            )
+            extra += ["--config", str(tmp_path / "dsh.yaml")]
+        else:
+            extra += ["--base-url", server.base_url, "--model", "test-model"]
+        chat = Interactive(["chat", *extra], repo, **NO_PROXY)
+        try:
+            chat.send("sleep\n")
+            deadline = time.monotonic() + 30
+            while len(marked()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(marked()) >= 2, chat.out
+            chat.proc.send_signal(signal.SIGINT)
+            chat.read_until("\n> ", count=2)
+            rc, _out, err = chat.close()
+        finally:
+            if chat.proc.poll() is None:
+                chat.proc.kill()
+    assert rc == 0, err
+    deadline = time.monotonic() + 5
+    while marked() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marked() == []
+    [log] = session_files(repo)
+    events = events_of(log)
+    [end] = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
+    assert end["kind"] == "aborted"
+    [call] = [e for e in events if e["type"] == "tool/call"]
+    [res] = [e for e in events if e["type"] == "tool/result"]
+    assert res["data"]["callId"] == call["data"]["callId"] and res["data"]["isError"]
