@@ -185,3 +185,54 @@ def test_ctrl_c_during_long_bash_aborts_with_no_orphan(tmp_path: Path, sandbox: 
     [call] = [e for e in events if e["type"] == "tool/call"]
     [res] = [e for e in events if e["type"] == "tool/result"]
     assert res["data"]["callId"] == call["data"]["callId"] and res["data"]["isError"]
+
+
+@pytest.mark.parametrize("sandbox", ["workspace-write", "danger-full-access"])
+def test_commands_die_with_a_killed_dsh(tmp_path: Path, sandbox: str) -> None:
+    """SIGKILL to dsh mid-command: nothing it started lives on (bubblewrap's pid namespace, or
+    the shell's parent-death signal when unconfined)."""
+    import os
+    import signal
+    import time
+
+    import psutil
+    from tests.apps.conftest import Interactive
+
+    repo = _repo(tmp_path / "repo")
+    marker = f"{os.getpid() % 1000}{time.monotonic_ns() % 100000}"
+    # Unconfined, only the shell itself carries the parent-death signal: one process.
+    command = f"sleep 320.{marker}" if sandbox == "danger-full-access" else f"sleep 320.{marker} & sleep 321.{marker}"
+    want = 1 if sandbox == "danger-full-access" else 2
+
+    def marked() -> list[int]:
+        return [
+            p.pid
+            for p in psutil.process_iter(["cmdline", "status"])
+            if p.info["status"] != psutil.STATUS_ZOMBIE and any(marker in part for part in p.info["cmdline"] or ())
+        ]
+
+    with SSEServer() as server:
+        server.push(_call(1, "bash", {"command": command, "description": "Sleep"}))
+        config = tmp_path / "dsh.yaml"
+        config.write_text(
+            "- {id: llm, name: openai-llm, config: {models: [test-model], baseURL: '"
+            + server.base_url + "', apiKey: none}}\n"
+            f"- {{id: ws, name: workspace-tools, config: {{sandbox: {sandbox}, askUnconfinedBash: false}}}}\n"
+            "- {id: app, name: stdio-app, config: {model: test-model}}\n"
+        )
+        chat = Interactive(["chat", "--config", str(config)], repo, **NO_PROXY)
+        try:
+            chat.send("sleep\n")
+            deadline = time.monotonic() + 30
+            while len(marked()) < want and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(marked()) >= want
+            chat.proc.send_signal(signal.SIGKILL)
+            chat.proc.wait(timeout=10)
+        finally:
+            if chat.proc.poll() is None:
+                chat.proc.kill()
+    deadline = time.monotonic() + 5
+    while marked() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marked() == []
