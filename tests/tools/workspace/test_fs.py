@@ -152,6 +152,17 @@ async def test_hostile_arguments(make_ws: Any) -> None:
         ("write", {"file_path": "x"}, "missing required argument content"),
         ("edit", {"file_path": "x", "old_string": 1, "new_string": "y"}, "invalid old_string"),
         ("write", {"file_path": "s.txt", "content": "\ud800"}, "lone surrogate"),
+        ("bash", {"command": 42, "description": "x"}, "invalid command: expected a string, got int"),
+        ("bash", {"command": "  ", "description": "x"}, "invalid command: expected a non-empty string"),
+        ("bash", {"command": "true", "description": "x", "timeoutMs": "5"}, "invalid timeoutMs: expected a number"),
+        ("bash", {"command": "true", "description": "x", "run_in_background": "yes"}, "invalid run_in_background"),
+        ("bash", {"command": "true", "description": "x", "workdir": "no/such/dir"}, "is not a directory"),
+        ("glob", {"pattern": ["*"]}, "invalid pattern"),
+        ("grep", {"pattern": "x", "path": "a\x00b"}, "contains a NUL byte"),
+        ("job_output", {"job_id": None}, "missing required argument job_id"),
+        ("job_kill", {"job_id": "bash-99"}, 'unknown job "bash-99"'),
+        ("todo_write", {"todos": [{"content": "x", "status": "done"}]}, "`status` must be one of"),
+        ("todo_write", {"todos": "all of them"}, "invalid todos"),
     ]
     for name, args, message in checks:
         result = await ws.run(name, args)
