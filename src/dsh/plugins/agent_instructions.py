@@ -44,7 +44,7 @@ PREAMBLE: Final = (
 OPEN, CLOSE = "<system-reminder>", "</system-reminder>"
 
 
-class Config(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+class Config(msgspec.Struct, rename="camel"):
     file_names: list[str] = msgspec.field(default_factory=lambda: ["AGENTS.md", "CLAUDE.md"])
     include_home: bool = True
     home: str | None = None

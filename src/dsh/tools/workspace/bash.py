@@ -11,6 +11,7 @@ are errors. ``run_in_background`` hands the process to :mod:`.jobs` and returns 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Final
 
@@ -125,9 +126,12 @@ def _render(
     if cut_out or cut_err:
         spill = shared.spill.path_for(shared.session(call), "bash")
         with spill.open("wb") as fh:
-            fh.write(out.read_bytes())
+            with out.open("rb") as src:
+                shutil.copyfileobj(src, fh)  # streamed: the output may be far larger than memory
             if err.stat().st_size:
-                fh.write(b"\n[stderr]\n" + err.read_bytes())
+                fh.write(b"\n[stderr]\n")
+                with err.open("rb") as src:
+                    shutil.copyfileobj(src, fh)
         markers.append(f"[output truncated; full output: {spill}]")
     failed = outcome.exit_code not in (0, None) or outcome.signal is not None
     if confined and failed and SandboxPolicy.looks_denied(stdout + stderr):

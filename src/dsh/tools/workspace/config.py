@@ -34,7 +34,7 @@ TOOL_NAMES = ("bash", "job_output", "job_list", "job_kill", "read", "write", "ed
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 
 
-class Config(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+class Config(msgspec.Struct, rename="camel"):
     sandbox: Literal["read-only", "workspace-write", "danger-full-access"] = "workspace-write"
     network: bool = False
     approval: Literal["ask", "never"] = "ask"
