@@ -163,10 +163,12 @@ def test_ctrl_c_during_long_bash_aborts_with_no_orphan(tmp_path: Path, sandbox: 
         chat = Interactive(["chat", *extra], repo, **NO_PROXY)
         try:
             chat.send("sleep\n")
-            deadline = time.monotonic() + 30
-            while len(marked()) < 2 and time.monotonic() < deadline:
+            deadline = time.monotonic() + 60
+            while len(marked()) < 2 and time.monotonic() < deadline and chat.proc.poll() is None:
                 time.sleep(0.05)
-            assert len(marked()) >= 2, chat.out
+            if len(marked()) < 2:
+                chat.proc.kill()
+                raise AssertionError(f"the command never started: {chat.close()}")
             chat.proc.send_signal(signal.SIGINT)
             chat.read_until("\n> ", count=2)
             rc, _out, err = chat.close()
@@ -223,10 +225,12 @@ def test_commands_die_with_a_killed_dsh(tmp_path: Path, sandbox: str) -> None:
         chat = Interactive(["chat", "--config", str(config)], repo, **NO_PROXY)
         try:
             chat.send("sleep\n")
-            deadline = time.monotonic() + 30
-            while len(marked()) < want and time.monotonic() < deadline:
+            deadline = time.monotonic() + 60
+            while len(marked()) < want and time.monotonic() < deadline and chat.proc.poll() is None:
                 time.sleep(0.05)
-            assert len(marked()) >= want
+            if len(marked()) < want:
+                chat.proc.kill()
+                raise AssertionError(f"the command never started: {chat.close()}")
             chat.proc.send_signal(signal.SIGKILL)
             chat.proc.wait(timeout=10)
         finally:
