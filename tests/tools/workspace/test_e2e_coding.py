@@ -163,7 +163,7 @@ def test_ctrl_c_during_long_bash_aborts_with_no_orphan(tmp_path: Path, sandbox: 
         chat = Interactive(["chat", *extra], repo, **NO_PROXY)
         try:
             chat.send("sleep\n")
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120  # a loaded CI box can take this long to start dsh
             while len(marked()) < 2 and time.monotonic() < deadline and chat.proc.poll() is None:
                 time.sleep(0.05)
             if len(marked()) < 2:
@@ -225,7 +225,7 @@ def test_commands_die_with_a_killed_dsh(tmp_path: Path, sandbox: str) -> None:
         chat = Interactive(["chat", "--config", str(config)], repo, **NO_PROXY)
         try:
             chat.send("sleep\n")
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120  # a loaded CI box can take this long to start dsh
             while len(marked()) < want and time.monotonic() < deadline and chat.proc.poll() is None:
                 time.sleep(0.05)
             if len(marked()) < want:
