@@ -21,6 +21,10 @@ def test_echo_line_calls_the_echo_tool_in_the_default_composition(workdir: Path)
     events = [json.loads(line) for line in log.read_text().splitlines()[1:]]
     types = [e["type"] for e in events if e["type"] != "assistant/chunk"]
     # Time readings still precede both steps; the model answered the typed text regardless.
-    assert types.count("context/message") == 2
+    readings = [
+        e for e in events
+        if e["type"] == "context/message" and e["data"]["source"].get("plugin") == "time-context"
+    ]
+    assert len(readings) == 2
     assert types.count("tool/call") == types.count("tool/result") == 1
     assert events[-1]["data"]["reason"] == {"kind": "completed"}

@@ -224,7 +224,7 @@ def test_the_worker_skips_a_session_open_in_another_process(workdir: Path) -> No
         [log] = session_files(workdir)
         session_id = json.loads(log.read_text().splitlines()[0])["id"]
         (workdir / "plain.yml").write_text(NO_SCHEDULE)  # a composition that does not deliver
-        holder = Interactive(["chat", "--config", "plain.yml", "--resume", session_id], workdir)
+        holder = Interactive(["chat", "--config", "plain.yml", "--resume", session_id, "--model", "mock-echo"], workdir)
         try:
             holder.read_until("ready.")
             time.sleep(1.1)

@@ -41,7 +41,10 @@ def test_casablanca_in_december_2026_is_utc_in_a_real_session(workdir: Path) -> 
     assert result.returncode == 0, result.stderr
     [log] = session_files(workdir)
     events = [json.loads(line) for line in log.read_text().splitlines()[1:]]
-    [reading] = [e for e in events if e["type"] == "context/message"]
+    [reading] = [
+        e for e in events
+        if e["type"] == "context/message" and e["data"]["source"].get("plugin") == "time-context"
+    ]
     text = "".join(b.get("text", "") for b in reading["data"]["content"])
     assert "2026-12-01T12:00:" in text and "+00:00[Africa/Casablanca]" in text, text
 

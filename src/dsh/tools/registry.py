@@ -215,7 +215,7 @@ class ToolRegistry:
                 return f"not valid JSON ({exc})"
             except RecursionError:
                 return "not valid JSON (nested too deeply)"
-        validator = self._validator(tool)
+        validator = self._validator(tool) if tool.validate_arguments else None
         if validator is None:
             return None
         errors = sorted(

@@ -76,6 +76,9 @@ class Tool:
     # True for tools whose every call must pass the approval policy (e.g. an untrusted MCP
     # server's tools); the workspace tools decide per call and leave this False.
     needs_approval: bool = False
+    # False for tools that check their own arguments because their error results are a contract
+    # (the schedule tools answer with the reference's coded JSON errors, not the registry's text).
+    validate_arguments: bool = True
 
     def schema(self) -> dict[str, Any]:
         """The model-facing declaration ``{name, description, parameters}`` (a fresh copy, so
@@ -94,6 +97,7 @@ def define_tool(
     parameters: Mapping[str, Any] | None = None,
     execute: ToolExecute,
     needs_approval: bool = False,
+    validate_arguments: bool = True,
 ) -> Tool:
     """Declare a tool. ``parameters`` defaults to an empty object schema
     ``{"type": "object", "properties": {}}``; ``execute(args, call)`` may be plain or async and
@@ -115,4 +119,5 @@ def define_tool(
         parameters=params,
         execute=execute,
         needs_approval=needs_approval,
+        validate_arguments=validate_arguments,
     )

@@ -213,9 +213,17 @@ class ScheduleTools:
         return _text({"id": raw, "deleted": True})
 
     def tools(self) -> list[Tool]:
+        # The tools check their own arguments: a bad one is answered with the reference's coded
+        # JSON error (e.g. ``invalid_rule``), which the registry's schema check would pre-empt.
         return [
-            define_tool(name="schedule_create", description=CREATE_DESCRIPTION, parameters=CREATE_PARAMETERS, execute=self.create),
-            define_tool(name="schedule_list", description=LIST_DESCRIPTION, parameters=None, execute=self.list_),
+            define_tool(
+                name="schedule_create",
+                description=CREATE_DESCRIPTION,
+                parameters=CREATE_PARAMETERS,
+                execute=self.create,
+                validate_arguments=False,
+            ),
+            define_tool(name="schedule_list", description=LIST_DESCRIPTION, parameters=None, execute=self.list_, validate_arguments=False),
             define_tool(
                 name="schedule_delete",
                 description=DELETE_DESCRIPTION,
@@ -225,5 +233,6 @@ class ScheduleTools:
                     "required": ["id"],
                 },
                 execute=self.delete,
+                validate_arguments=False,
             ),
         ]
