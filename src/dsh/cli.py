@@ -37,6 +37,8 @@ log = logging.getLogger("dsh")
 DEFAULT_ROOT = "./.sessions"
 ECHO_MODEL = "mock-echo"
 APP_NAMES = frozenset({"stdio-app", "dsh.apps.stdio"})
+WORKSPACE_NAMES = frozenset({"workspace-tools", "dsh.tools.workspace.plugin", "dsh.tools.workspace"})
+SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
 STORE_NAMES = {
     "jsonl-sessions": "jsonl",
     "dsh.persistence.jsonl": "jsonl",
@@ -106,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="end the turn with an error when the model sends nothing for this long (default 120)",
     )
     chat.add_argument("--plain", action="store_true", help="plain transcript, no colour or line editing")
+    chat.add_argument("--sandbox", choices=list(SANDBOX_MODES), help="bash/file sandbox (default: workspace-write)")
+    chat.add_argument("--approval", choices=["ask", "never"], help="approval policy (default: ask)")
     chat.add_argument("--store", choices=["jsonl", "sqlite", "postgres"], help="session store (default: jsonl)")
     chat.add_argument("--root", help=f"JSONL sessions folder (default: {DEFAULT_ROOT})")
     chat.add_argument("--sqlite", metavar="FILE", help="SQLite database file (with --store sqlite)")
@@ -172,10 +176,22 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         PluginEntry(id="echo-tool", name="echo-tool"),
         # MCP servers of the project's .mcp.json and the user's mcp.json (none: nothing mounted).
         PluginEntry(id="mcp", name="mcp", config={"discover": True}),
+        PluginEntry(id="workspace-tools", name="workspace-tools", config=_workspace_config(args, {})),
+        PluginEntry(id="agent-instructions", name="agent-instructions"),
         PluginEntry(id="time-context", name="time-context"),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),
     ]
+
+
+def _workspace_config(args: argparse.Namespace, config: dict[str, Any]) -> dict[str, Any]:
+    """``--sandbox``/``--approval`` over the entry's own config (the YAML keys of the same name)."""
+    out = dict(config)
+    if getattr(args, "sandbox", None):
+        out["sandbox"] = args.sandbox
+    if getattr(args, "approval", None):
+        out["approval"] = args.approval
+    return out
 
 
 def _store_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -258,6 +274,12 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     if args.resume:
         config["resumeSessionId"] = args.resume
     patched = PluginEntry(app.id, app.name, config, app.disabled, app.line)
+    entries = [
+        PluginEntry(e.id, e.name, _workspace_config(args, dict(e.config or {})), e.disabled, e.line)
+        if e.name in WORKSPACE_NAMES
+        else e
+        for e in entries
+    ]
     # Stores load before the app, so it uses the composition's store instead of its default.
     ordered = [e for e in entries if e.name in STORE_NAMES] + _store_entries(args)
     ordered += [patched if e is app else e for e in entries if e.name not in STORE_NAMES]

@@ -151,7 +151,11 @@ def test_resume_and_continue_extend_the_same_log(workdir: Path) -> None:
     assert [e["seq"] for e in events] == list(range(len(events)))
     reasons = [e["data"]["reason"] for e in events if e["type"] == "request/header"]
     assert reasons == ["initial", "resume", "resume"]
-    readings = [e["data"]["content"][0]["text"] for e in events if e["type"] == "context/message"]
+    readings = [
+        e["data"]["content"][0]["text"]
+        for e in events
+        if e["type"] == "context/message" and e["data"]["source"].get("plugin") == "time-context"
+    ]
     assert [r.split(":")[0] for r in readings] == [
         f"Time sampled while preparing turn {n}, step 1" for n in (1, 2, 3)
     ]

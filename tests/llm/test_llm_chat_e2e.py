@@ -117,6 +117,16 @@ def log_readings(events: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def harness_free(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` without the harness's one-time ``<system-reminder>`` notices (the approval
+    policy, workspace instructions), which these time-context tests do not look at."""
+    return [
+        m
+        for m in messages
+        if not (isinstance(m.get("content"), str) and m["content"].startswith("<system-reminder>"))
+    ]
+
+
 def wire_readings(messages: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
     """``(turn, step, timestamp)`` of every reading among ``messages`` (each a user message)."""
     found = []
@@ -191,9 +201,9 @@ def test_tool_calling_turn_with_time_context_over_base_url(
     for body in (first, second):
         assert body["model"] == "test-model"
         assert body["stream"] is True
-        assert [t["function"]["name"] for t in body["tools"]] == ["echo"]
+        assert "echo" in [t["function"]["name"] for t in body["tools"]]
 
-    m1 = first["messages"]
+    m1 = harness_free(first["messages"])
     assert [m["role"] for m in m1] == ["system", "user", "user"]
     assert isinstance(m1[0]["content"], str) and m1[0]["content"]
     assert m1[1]["content"] == "hello"
@@ -201,7 +211,7 @@ def test_tool_calling_turn_with_time_context_over_base_url(
         '<context source="plugin">Time sampled while preparing turn 1, step 1: '
     )
 
-    m2 = second["messages"]
+    m2 = harness_free(second["messages"])
     assert m2[:3] == m1  # the history is replayed verbatim
     assert [m["role"] for m in m2[3:]] == ["assistant", "tool", "user"]
     assistant, tool, reading = m2[3:]
@@ -255,8 +265,8 @@ def test_deepseek_model_needs_no_config_file(
     assert (req.method, req.path) == ("POST", "/chat/completions")
     body = req.json
     assert body["model"] == "deepseek-v4-flash"
-    assert [t["function"]["name"] for t in body["tools"]] == ["echo"]
-    messages = body["messages"]
+    assert "echo" in [t["function"]["name"] for t in body["tools"]]
+    messages = harness_free(body["messages"])
     assert [m["role"] for m in messages] == ["system", "user", "user"]
     assert messages[1]["content"] == "hello"
     assert [(t, s) for t, s, _ in wire_readings(messages)] == [(1, 1)]
@@ -316,7 +326,7 @@ def test_errors_end_the_turn_and_the_next_prompt_works(
     assert reasons[1]["message"] == f"{sse_server.base_url}: server error after 3 attempts (HTTP 500: upstream exploded)"
 
     assert len(sse_server.requests) == 5
-    messages = sse_server.requests[-1].json["messages"]
+    messages = harness_free(sse_server.requests[-1].json["messages"])
     users = [
         m["content"]
         for m in messages
@@ -370,7 +380,7 @@ def test_ctrl_c_closes_the_stream_and_aborts_the_turn(
     assert [r["kind"] for r in reasons] == ["aborted", "completed"]
 
     assert len(sse_server.requests) == 2
-    messages = sse_server.requests[1].json["messages"]
+    messages = harness_free(sse_server.requests[1].json["messages"])
     users = [
         m["content"]
         for m in messages

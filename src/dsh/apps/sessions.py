@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from dsh import _json, _zones
+from dsh.apps import tool_view
 from dsh.apps.escape import escape_controls
 from dsh.persistence.base import SessionStore, StoredSession, StoreError
 from dsh.session import DerivedMessages, Event, Session, encode_event
@@ -100,8 +101,9 @@ def timeline(session: Session) -> list[str]:
     header = session.header
     lines = [escape_controls(f"session {header['id']} · created {_time(header['createdAt'], date=True)} · "
                              f"cwd {header.get('cwd', '-')} · {len(session.events)} events")]
+    names: dict[str, str] = {}
     for event in session.events:
-        line = _timeline_entry(event)
+        line = _timeline_entry(event, names)
         if line is None:
             continue
         marker = " (shadowed)" if event.surface_op is not None and event.seq not in visible else ""
@@ -110,7 +112,8 @@ def timeline(session: Session) -> list[str]:
     return lines
 
 
-def _timeline_entry(event: Event) -> str | None:
+def _timeline_entry(event: Event, names: dict[str, str] | None = None) -> str | None:
+    """One transcript entry; ``names`` (callId → tool name) lets a result render like its call."""
     data = event.data
     at = _time(event.time)
     kind = event.type
@@ -138,10 +141,16 @@ def _timeline_entry(event: Event) -> str | None:
         text = "".join(str(b.get("text", "")) for b in data.get("content") or () if b.get("type") == "text")
         return f"{at}  assistant  {text}" if text else None
     if kind == "tool/call":
+        if names is not None:
+            names[str(data.get("callId"))] = str(data.get("name"))
+        view = tool_view.render_call(str(data.get("name")), data.get("arguments"))
+        if view is not None:
+            return f"{at}  → tool     {view}"
         return f"{at}  → tool     {data.get('name')}({data.get('arguments')})"
     if kind == "tool/result":
         flag = "error" if data.get("isError") else "result"
-        return f"{at}  ← {flag:<8} {_text(data.get('content'))}"
+        name = (names or {}).get(str(data.get("callId")))
+        return f"{at}  ← {flag:<8} {tool_view.render_result(name, _text(data.get('content')))}"
     if kind == "compact/summary":
         seqs = data.get("shadowedSeqs") or []
         return f"{at}  ▣ compacted {len(seqs)} surface nodes ({data.get('shadowedTokenCount')} tokens) with {data.get('model')}"
@@ -175,7 +184,8 @@ async def show(store: SessionStore, args: argparse.Namespace) -> int:
 
 async def _follow(store: SessionStore, args: argparse.Namespace, seen: int) -> None:
     live = store.follow(args.id, seen - 1)
-    render = (lambda e: encode_event(e).decode()) if args.json else (_event_line if args.events else lambda e: escape_controls(_timeline_entry(e) or ""))
+    names: dict[str, str] = {}
+    render = (lambda e: encode_event(e).decode()) if args.json else (_event_line if args.events else lambda e: escape_controls(_timeline_entry(e, names) or ""))
     if live is not None:
         async for event in live:
             text = render(event)

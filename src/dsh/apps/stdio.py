@@ -119,6 +119,10 @@ class Renderer:
             write(self.sanitise(f"\n  [tool call] {data.get('name')}({data.get('arguments')})"))
         elif kind == "tool/result":
             write(self.sanitise(f"\n  [tool result] {_tool_result_text(data)}\n  "))
+        elif kind == "todo/write" and self.colour:
+            from dsh.tools.workspace.todo import render_checklist
+
+            write("\n  [todo]\n" + "".join(f"  {line}\n" for line in render_checklist(data.get("todos")).splitlines()) + "  ")
         elif kind == "turn/end":
             self._end_reasoning()
             self._first_token()

@@ -106,6 +106,9 @@ async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
             write(f"\n{DIM}{text}{RESET}")
         renderer(session, event)
 
+    from dsh.apps.approval_prompt import install as install_asker
+
+    remove_asker = install_asker(app.ctx, write)
     history = _history(app)
     prompt: PromptSession[str] = PromptSession(history=history)
     remove = app.ctx.on("session/event", on_event)
@@ -126,3 +129,4 @@ async def run_terminal(app: StdioApp, stdout: TextIO) -> None:
         spinner.stop()
         remove()
         await app.settle()
+        remove_asker()

@@ -23,7 +23,7 @@ import inspect
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import jsonschema
 import jsonschema.exceptions
@@ -35,7 +35,7 @@ from dsh.runtime.abort import AbortController, AbortSignal
 from dsh.runtime.context import Context
 from dsh.tools.types import ContentBlock, Tool, ToolCall, ToolResult
 
-__all__ = ["Config", "ToolRegistry", "apply", "inject", "name"]
+__all__ = ["ApprovalGate", "Config", "ToolRegistry", "apply", "inject", "name"]
 
 _log = logging.getLogger("dsh.tools")
 
@@ -49,6 +49,17 @@ class Config(msgspec.Struct, rename="camel"):
     tool_order: list[str] | None = None
 
 
+class ApprovalGate(Protocol):
+    """What the execute pipeline asks before running a tool that needs approval
+    (``ctx.approval`` of the workspace-tools plugin is one)."""
+
+    def requires(self, tool: Tool) -> bool: ...
+
+    async def authorize(self, tool: Tool, call: ToolCall) -> str | None:
+        """``None`` to run the call, else the model-visible refusal."""
+        ...
+
+
 class ToolRegistry:
     """Registered tools by name, their schemas, and the execute pipeline."""
 
@@ -57,6 +68,17 @@ class ToolRegistry:
         # name -> (the tool it was built for, its validator or None when the schema is invalid)
         self._validators: dict[str, tuple[Tool, jsonschema.protocols.Validator | None]] = {}
         self.tool_order: list[str] | None = list(tool_order) if tool_order is not None else None
+        self.approval_gate: ApprovalGate | None = None
+
+    def set_approval_gate(self, gate: ApprovalGate) -> Callable[[], None]:
+        """Install the approval gate every call passes; returns a function that removes it."""
+        self.approval_gate = gate
+
+        def remove() -> None:
+            if self.approval_gate is gate:
+                self.approval_gate = None
+
+        return remove
 
     def register(self, tool: Tool) -> Callable[[], None]:
         """Add ``tool``; returns a function that removes it. A duplicate name raises."""
@@ -130,6 +152,13 @@ class ToolRegistry:
             signal=signal if signal is not None else AbortController().signal,
             arguments=arguments,
         )
+        refusal = await self._approval_refusal(tool, call)
+        if refusal is not None:
+            return ToolResult(
+                content=[_text(f"Error: {refusal}")],
+                is_error=True,
+                error={"name": "ApprovalError", "code": "APPROVAL"},
+            )
         try:
             output = tool.execute(arguments, call)
             if inspect.isawaitable(output):
@@ -216,6 +245,22 @@ def _describe(error: jsonschema.exceptions.ValidationError) -> str:
     # jsonschema quotes the offending value, which the model itself may have made huge.
     message = error.message if len(error.message) <= 200 else error.message[:200] + "…"
     return f"{path}: {message}"
+
+
+    async def _approval_refusal(self, tool: Tool, call: ToolCall) -> str | None:
+        """Fail closed: a tool that needs approval with no gate mounted does not run."""
+        gate = self.approval_gate
+        if gate is None:
+            if tool.needs_approval:
+                return f'approval unavailable: "{tool.name}" requires approval and no approval service is mounted; the call was not run'
+            return None
+        if not gate.requires(tool):
+            return None
+        try:
+            return await gate.authorize(tool, call)
+        except Exception as exc:
+            _log.debug("approval gate failed for %s", tool.name, exc_info=True)
+            return f'approval unavailable: "{tool.name}" could not be approved ({exc}); the call was not run'
 
 
 def _text(text: str) -> ContentBlock:

@@ -1,0 +1,238 @@
+"""Approvals (``ctx.approval``): the policy, the audit events, session rules, and the seam an app
+plugs an interactive asker into.
+
+Policy ``ask`` puts a request to the installed :class:`Asker`; with none installed (plain mode,
+headless runs) the request is ``unavailable`` and the call is refused: it **fails closed**.
+Policy ``never`` rejects every request without asking. Each request is audited in the session as
+the log-only pair ``approval/asked`` ``{id, toolName, callId?, reason?}`` and
+``approval/decided`` ``{id, outcome}``; the model sees only the tool's outcome.
+
+Beyond the reference: an asker may answer ``allowed-session``, which allows that tool for the rest
+of the session (the rule is folded back from the log on resume), and the asker sees the call's
+arguments. The effective policy is told to the model once per session, in the reference's wording,
+as an append-only raw ``context/message`` framed in ``<system-reminder>``; a later policy change appends a new notice.
+
+The tool registry calls :meth:`ApprovalService.authorize` for every tool with
+``Tool.needs_approval`` (an untrusted MCP server's tools, say) or listed in ``approvalRequired``;
+the workspace tools call :meth:`ApprovalService.request` for their own per-call conditions.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, Protocol, TypeAlias
+
+from dsh.runtime.abort import AbortSignal
+from dsh.tools.types import Tool, ToolCall
+
+__all__ = [
+    "ASK_SENTENCE",
+    "NEVER_SENTENCE",
+    "ApprovalOutcome",
+    "ApprovalPolicy",
+    "ApprovalRequest",
+    "ApprovalService",
+    "Asker",
+]
+
+ApprovalPolicy: TypeAlias = Literal["ask", "never"]
+ApprovalOutcome: TypeAlias = Literal[
+    "allowed-once", "allowed-session", "rejected", "cancelled", "unavailable"
+]
+OUTCOMES: Final = frozenset({"allowed-once", "allowed-session", "rejected", "cancelled", "unavailable"})
+
+ASK_SENTENCE: Final = (
+    "Approval policy: ask. Operations that require approval may ask through the configured "
+    "answerers; without an available answerer, the request fails closed."
+)
+NEVER_SENTENCE: Final = (
+    "Approval prompts are disabled in this session: actions that require approval are rejected "
+    "automatically — do not request sandbox escalation (do not set `sandbox_permissions`)."
+)
+SOURCE: Final = {"kind": "plugin", "plugin": "approval"}
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """One question for the person: which tool, why, and with what arguments."""
+
+    agent: Any
+    tool_name: str
+    reason: str
+    arguments: Any = None
+    call_id: str | None = None
+    signal: AbortSignal | None = None
+
+
+class Asker(Protocol):
+    """An interactive answerer (the terminal's inline prompt). It may be sync or async."""
+
+    def __call__(
+        self, request: ApprovalRequest
+    ) -> Awaitable[ApprovalOutcome] | ApprovalOutcome: ...
+
+
+def _has_open_turn(session: Any) -> bool:
+    return getattr(session, "open_turn", None) is not None
+
+
+@dataclass
+class _SessionState:
+    allowed: set[str] = field(default_factory=set)
+    notice: str | None = None
+
+
+def refusal_text(tool_name: str, outcome: str) -> str:
+    """The model-visible error for a refused call (the call did not run)."""
+    if outcome == "rejected":
+        return f'approval rejected: the "{tool_name}" call was not run (rejected by the user or by the approval policy)'
+    if outcome == "cancelled":
+        return f'approval cancelled: the "{tool_name}" call was not run'
+    return (
+        f'approval unavailable: "{tool_name}" requires approval and no one can answer '
+        "(no interactive answerer); the call was not run"
+    )
+
+
+class ApprovalService:
+    """``ctx.approval``: policy, audit, session rules and the asker seam."""
+
+    def __init__(self, policy: ApprovalPolicy = "ask", required: Iterable[str] = ()) -> None:
+        if policy not in ("ask", "never"):
+            raise ValueError(f'approval policy must be "ask" or "never", got "{policy}"')
+        self.policy: ApprovalPolicy = policy
+        self.required = frozenset(required)
+        self._asker: Asker | None = None
+        self._sessions: dict[str, _SessionState] = {}
+
+    # -- the asker seam ---------------------------------------------------------------------
+
+    def set_asker(self, asker: Asker | None) -> Callable[[], None]:
+        """Install the interactive answerer; returns a function that removes it."""
+        self._asker = asker
+
+        def remove() -> None:
+            if self._asker is asker:
+                self._asker = None
+
+        return remove
+
+    @property
+    def asker(self) -> Asker | None:
+        return self._asker
+
+    # -- per-session state ------------------------------------------------------------------
+
+    def _state(self, session: Any) -> _SessionState:
+        sid = str(getattr(session, "id", ""))
+        state = self._sessions.get(sid)
+        if state is None:
+            state = self._sessions[sid] = _SessionState()
+            # Fold earlier "allow for this session" answers and the last policy notice back
+            # from the log, so a resumed session keeps both (nothing is re-announced).
+            asked: dict[str, str] = {}
+            for event in getattr(session, "events", ()):
+                if event.type == "approval/asked":
+                    asked[str(event.data.get("id"))] = str(event.data.get("toolName"))
+                elif event.type == "approval/decided" and event.data.get("outcome") == "allowed-session":
+                    tool = asked.get(str(event.data.get("id")))
+                    if tool:
+                        state.allowed.add(tool)
+                elif event.type == "context/message" and event.data.get("source") == SOURCE:
+                    content = event.data.get("content") or []
+                    framed = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+                    state.notice = framed.removeprefix("<system-reminder>\n").removesuffix("\n</system-reminder>")
+        return state
+
+    def requires(self, tool: Tool) -> bool:
+        return tool.needs_approval or tool.name in self.required
+
+    # -- asking -----------------------------------------------------------------------------
+
+    async def request(self, req: ApprovalRequest) -> ApprovalOutcome:
+        """Decide one request under the policy; audited in the agent's session."""
+        session = getattr(req.agent, "session", None)
+        if session is None or not _has_open_turn(session):
+            return "unavailable"  # no turn to audit in: refuse rather than decide unlogged
+        state = self._state(session)
+        request_id = str(uuid.uuid4())
+        asked: dict[str, Any] = {"id": request_id, "toolName": req.tool_name}
+        if req.call_id is not None:
+            asked["callId"] = req.call_id
+        if req.reason:
+            asked["reason"] = req.reason
+        session.append("approval/asked", asked)
+        outcome = await self._decide(req, state)
+        if outcome == "allowed-session":
+            state.allowed.add(req.tool_name)
+        session.append("approval/decided", {"id": request_id, "outcome": outcome})
+        return outcome
+
+    async def _decide(self, req: ApprovalRequest, state: _SessionState) -> ApprovalOutcome:
+        if req.signal is not None and req.signal.aborted:
+            return "cancelled"
+        if self.policy == "never":
+            return "rejected"
+        if req.tool_name in state.allowed:
+            return "allowed-session"
+        asker = self._asker
+        if asker is None:
+            return "unavailable"
+        try:
+            answer = asker(req)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception:
+            return "unavailable"  # a broken answerer fails the question closed
+        if req.signal is not None and req.signal.aborted:
+            return "cancelled"
+        return answer if answer in OUTCOMES else "unavailable"
+
+    async def check(self, call: ToolCall, reason: str, *, tool_name: str | None = None) -> str | None:
+        """Ask for ``call``; ``None`` when allowed, else the model-visible refusal."""
+        name = tool_name or call.name
+        outcome = await self.request(
+            ApprovalRequest(
+                agent=call.agent,
+                tool_name=name,
+                reason=reason,
+                arguments=call.arguments,
+                call_id=call.call_id,
+                signal=call.signal,
+            )
+        )
+        if outcome in ("allowed-once", "allowed-session"):
+            return None
+        return refusal_text(name, outcome)
+
+    async def authorize(self, tool: Tool, call: ToolCall) -> str | None:
+        """The registry's gate for tools that always need approval."""
+        reason = (
+            f'"{tool.name}" is marked as requiring approval'
+            if tool.needs_approval
+            else f'"{tool.name}" is listed in approvalRequired'
+        )
+        return await self.check(call, reason, tool_name=tool.name)
+
+    # -- what the model is told -------------------------------------------------------------
+
+    def sentence(self) -> str:
+        return NEVER_SENTENCE if self.policy == "never" else ASK_SENTENCE
+
+    def on_pre_step(self, agent: Any, *_args: Any) -> None:
+        """Tell the model the effective policy once (and again only when it changed)."""
+        session = getattr(agent, "session", None)
+        if session is None:
+            return
+        state = self._state(session)
+        text = self.sentence()
+        if state.notice == text:
+            return
+        state.notice = text
+        # Framed like the other harness reminders and logged raw, so the sentence reaches the
+        # model verbatim, once, after the history it applies to.
+        framed = f"<system-reminder>\n{text}\n</system-reminder>"
+        agent.inject([{"type": "text", "text": framed}], source=dict(SOURCE), envelope="raw")

@@ -1,0 +1,57 @@
+"""The ``workspace-tools`` plugin: mounts the shell, job, file, search and todo tools, the sandbox
+policy and the approval service (``ctx.approval``) on ``ctx.tools``.
+
+It registers every tool not disabled in ``tools`` (``{"bash": false}``), installs the approval
+service as the tool registry's gate (so any tool with ``needs_approval`` passes it), tells each
+session the effective approval policy once, and kills its background jobs when disposed.
+See :mod:`.config` for the keys.
+"""
+
+from __future__ import annotations
+
+from dsh.runtime.context import Context
+from dsh.tools.workspace._common import SpillStore
+from dsh.tools.workspace.approval import ApprovalService
+from dsh.tools.workspace.bash import bash_tool
+from dsh.tools.workspace.config import TOOL_NAMES, Config, Shared
+from dsh.tools.workspace.fs import ReadLedger, fs_tools
+from dsh.tools.workspace.jobs import JobManager, job_tools
+from dsh.tools.workspace.search import search_tools
+from dsh.tools.workspace.todo import todo_tool
+
+__all__ = ["Config", "apply", "inject", "name"]
+
+name = "workspace-tools"
+inject = ["tools"]
+
+
+async def apply(ctx: Context, config: Config) -> None:
+    unknown = sorted(set(config.tools) - set(TOOL_NAMES))
+    if unknown:
+        raise ValueError(f"workspace-tools: unknown tool(s) in tools: {', '.join(unknown)}")
+    approval = ApprovalService(config.approval, config.approval_required)
+    ctx.provide("approval", approval)
+    shared = Shared(
+        config=config,
+        approval=approval,
+        jobs=JobManager(
+            SpillStore(config.spill_dir),
+            grace_ms=config.grace_ms,
+            max_output_bytes=config.max_output_bytes,
+        ),
+        ledger=ReadLedger(),
+    )
+    registry = ctx.tools
+    ctx.defer(registry.set_approval_gate(approval))
+    tools = [
+        bash_tool(shared),
+        *job_tools(shared.jobs, wait_ms=config.job_wait_ms, max_wait_ms=config.max_job_wait_ms),
+        *fs_tools(shared),
+        *search_tools(shared),
+        todo_tool(),
+    ]
+    for tool in tools:
+        if config.tools.get(tool.name, True):
+            ctx.defer(registry.register(tool))
+    ctx.on("agent/pre-step", approval.on_pre_step)
+    ctx.defer(shared.jobs.dispose)

@@ -1,0 +1,178 @@
+"""read / write / edit: the reference's envelope and messages, read-before-write, the in-process
+sandbox (``..`` and symlinks resolved first) and hostile arguments."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+async def test_read_envelope_and_footers(make_ws: Any) -> None:
+    ws = await make_ws()
+    (ws.root / "a.txt").write_text("one\ntwo\nthree\n")
+    assert await ws.text("read", {"file_path": "a.txt"}) == (
+        "<path>a.txt</path>\n<type>file</type>\n<content>\n1: one\n2: two\n3: three\n\n"
+        "(End of file - total 3 lines)\n</content>"
+    )
+    out = await ws.text("read", {"file_path": "a.txt", "offset": 2, "limit": 1})
+    assert "2: two\n\n(Showing lines 2-2 of 3. Use offset=3 to continue.)" in out
+    result = await ws.run("read", {"file_path": "a.txt", "offset": 9})
+    assert result.is_error
+    assert result.content[0]["text"] == 'Error: offset 9 is out of range for "a.txt" (3 lines)'
+
+
+async def test_read_long_lines_and_output_cap(make_ws: Any) -> None:
+    ws = await make_ws()
+    (ws.root / "long.txt").write_text("x" * 3000 + "\n" + ("y" * 1000 + "\n") * 100)
+    out = await ws.text("read", {"file_path": "long.txt"})
+    assert "... (line truncated to 2000 chars)" in out
+    assert "(Output capped. Showing lines 1-" in out and "Use offset=" in out
+
+
+async def test_binary_and_huge_files_are_refused(make_ws: Any) -> None:
+    ws = await make_ws(maxReadBytes=1000)
+    (ws.root / "bin").write_bytes(b"\x7fELF\x00\x01\x02")
+    (ws.root / "latin1").write_bytes("caf\xe9\n".encode("latin-1"))
+    (ws.root / "big.txt").write_text("z" * 5000)
+    for name in ("bin", "latin1"):
+        result = await ws.run("read", {"file_path": name})
+        assert result.is_error and "binary file (not UTF-8 text)" in result.content[0]["text"]
+    result = await ws.run("read", {"file_path": "big.txt"})
+    assert result.is_error and "file is too large (5000 bytes" in result.content[0]["text"]
+    assert "grep" in result.content[0]["text"]
+
+
+async def test_write_creates_then_needs_a_read_to_overwrite(make_ws: Any) -> None:
+    ws = await make_ws()
+    assert await ws.text("write", {"file_path": "new/b.txt", "content": "hi\n"}) == "Created new/b.txt (1 lines, 3 bytes)"
+    assert (ws.root / "new/b.txt").read_text() == "hi\n"
+    (ws.root / "c.txt").write_text("old\n")
+    result = await ws.run("write", {"file_path": "c.txt", "content": "new\n"})
+    assert result.is_error
+    assert result.content[0]["text"] == 'Error: write requires reading "c.txt" first — read the file, then retry'
+    assert (ws.root / "c.txt").read_text() == "old\n"
+    await ws.run("read", {"file_path": "c.txt"})
+    assert (await ws.text("write", {"file_path": "c.txt", "content": "new\n"})).startswith("Overwrote c.txt")
+
+
+async def test_edit_rules(make_ws: Any) -> None:
+    ws = await make_ws()
+    path = ws.root / "m.py"
+    path.write_text("a = 1\nb = 1\n")
+    first = await ws.run("edit", {"file_path": "m.py", "old_string": "a = 1", "new_string": "a = 2"})
+    assert first.content[0]["text"] == 'Error: edit requires reading "m.py" first — read the file, then retry'
+    await ws.run("read", {"file_path": "m.py"})
+    # Changed on disk since the read: refused, the model must re-read.
+    path.write_text("a = 1\nb = 1\nc = 1\n")
+    os.utime(path, ns=(1, 1))
+    stale = await ws.text("edit", {"file_path": "m.py", "old_string": "a = 1", "new_string": "a = 2"})
+    assert stale.endswith("— re-read the file, then retry")
+    await ws.run("read", {"file_path": "m.py"})
+    cases = {
+        ("", "x"): "Error: old_string must be a non-empty string",
+        ("a = 1", "a = 1"): "Error: old_string and new_string must differ",
+    }
+    for (old, new), message in cases.items():
+        assert await ws.text("edit", {"file_path": "m.py", "old_string": old, "new_string": new}) == message
+    missing = await ws.text("edit", {"file_path": "m.py", "old_string": "zzz", "new_string": "y"})
+    assert "not found" in missing and "retry" in missing
+    many = await ws.text("edit", {"file_path": "m.py", "old_string": "= 1", "new_string": "= 3"})
+    assert "appears 3 times" in many and "replace_all" in many
+    assert await ws.text("edit", {"file_path": "m.py", "old_string": "= 1", "new_string": "= 3", "replace_all": True}) == (
+        "Edited m.py: replaced 3 occurrences"
+    )
+    assert path.read_text() == "a = 3\nb = 3\nc = 3\n"
+    # Our own edit counts as a fresh read: a follow-up edit needs no re-read.
+    assert (await ws.text("edit", {"file_path": "m.py", "old_string": "a = 3", "new_string": "a = 4"})).startswith("Edited")
+    gone = await ws.text("edit", {"file_path": "nope.py", "old_string": "a", "new_string": "b"})
+    assert gone == 'Error: cannot edit "nope.py": not found'
+
+
+@pytest.mark.parametrize("target", ["../outside.txt", "link/outside.txt", "{abs}"])
+async def test_workspace_write_refuses_outside_paths(make_ws: Any, tmp_path: Path, target: str) -> None:
+    ws = await make_ws()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (ws.root / "link").symlink_to(outside)
+    path = target.format(abs=str(outside / "outside.txt"))
+    expected = tmp_path / "outside.txt" if target == "../outside.txt" else outside / "outside.txt"
+    result = await ws.run("write", {"file_path": path, "content": "x"})
+    assert result.is_error
+    assert "[sandbox: file access denied under workspace-write mode]" in result.content[0]["text"]
+    assert not expected.exists()
+
+
+async def test_symlinked_file_inside_pointing_out_is_refused_for_edit(make_ws: Any, tmp_path: Path) -> None:
+    ws = await make_ws()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    (ws.root / "inner.txt").symlink_to(victim)
+    await ws.run("read", {"file_path": "inner.txt"})
+    result = await ws.run("edit", {"file_path": "inner.txt", "old_string": "keep", "new_string": "lost"})
+    assert result.is_error and "file access denied" in result.content[0]["text"]
+    assert victim.read_text() == "keep\n"
+
+
+async def test_read_only_refuses_every_write(make_ws: Any) -> None:
+    ws = await make_ws(sandbox="read-only")
+    (ws.root / "x.txt").write_text("1\n")
+    await ws.run("read", {"file_path": "x.txt"})
+    for name, args in (
+        ("write", {"file_path": "y.txt", "content": "n"}),
+        ("edit", {"file_path": "x.txt", "old_string": "1", "new_string": "2"}),
+    ):
+        result = await ws.run(name, args)
+        assert result.is_error
+        assert "[sandbox: file access denied under read-only mode]" in result.content[0]["text"]
+    assert not (ws.root / "y.txt").exists() and (ws.root / "x.txt").read_text() == "1\n"
+
+
+async def test_danger_full_access_write_outside_asks_and_fails_closed(make_ws: Any, tmp_path: Path) -> None:
+    ws = await make_ws(sandbox="danger-full-access")
+    target = tmp_path / "out.txt"
+    result = await ws.run("write", {"file_path": str(target), "content": "x"})
+    assert result.is_error and "approval unavailable" in result.content[0]["text"]
+    assert not target.exists()
+    ws.ctx.approval.set_asker(lambda request: "allowed-once")
+    assert (await ws.text("write", {"file_path": str(target), "content": "x"})).startswith("Created")
+    inside = await ws.text("write", {"file_path": "in.txt", "content": "y"})
+    assert inside.startswith("Created")  # inside the workspace: no question
+
+
+async def test_hostile_arguments(make_ws: Any) -> None:
+    ws = await make_ws()
+    checks: list[tuple[str, Any, str]] = [
+        ("read", "not json", "arguments must be a JSON object"),
+        ("read", {"file_path": 7}, "invalid file_path: expected a string, got int"),
+        ("read", {"file_path": "a\x00b"}, "invalid file_path: contains a NUL byte"),
+        ("read", {"file_path": "x", "offset": "1"}, "invalid offset: expected a number"),
+        ("write", {"file_path": "x"}, "missing required argument content"),
+        ("edit", {"file_path": "x", "old_string": 1, "new_string": "y"}, "invalid old_string"),
+        ("write", {"file_path": "s.txt", "content": "\ud800"}, "lone surrogate"),
+        ("bash", {"command": 42, "description": "x"}, "invalid command: expected a string, got int"),
+        ("bash", {"command": "  ", "description": "x"}, "invalid command: expected a non-empty string"),
+        ("bash", {"command": "true", "description": "x", "timeoutMs": "5"}, "invalid timeoutMs: expected a number"),
+        ("bash", {"command": "true", "description": "x", "run_in_background": "yes"}, "invalid run_in_background"),
+        ("bash", {"command": "true", "description": "x", "workdir": "no/such/dir"}, "is not a directory"),
+        ("glob", {"pattern": ["*"]}, "invalid pattern"),
+        ("grep", {"pattern": "x", "path": "a\x00b"}, "contains a NUL byte"),
+        ("job_output", {"job_id": None}, "missing required argument job_id"),
+        ("job_kill", {"job_id": "bash-99"}, 'unknown job "bash-99"'),
+        ("todo_write", {"todos": [{"content": "x", "status": "done"}]}, "`status` must be one of"),
+        ("todo_write", {"todos": "all of them"}, "invalid todos"),
+    ]
+    for name, args, message in checks:
+        result = await ws.run(name, args)
+        assert result.is_error, (name, args)
+        assert message in result.content[0]["text"], result.content
+
+
+async def test_ten_megabyte_content_is_refused_clearly(make_ws: Any) -> None:
+    ws = await make_ws()
+    result = await ws.run("write", {"file_path": "big.txt", "content": "a" * (10 * 1024 * 1024)})
+    assert result.is_error
+    assert "content is too large (10485760 bytes; the limit is 5242880)" in result.content[0]["text"]
+    assert not (ws.root / "big.txt").exists()
