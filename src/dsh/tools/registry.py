@@ -214,6 +214,21 @@ class ToolRegistry:
         more = len(problems) - 3
         return shown + (f" (and {more} more)" if more > 0 else "")
 
+    async def _approval_refusal(self, tool: Tool, call: ToolCall) -> str | None:
+        """Fail closed: a tool that needs approval with no gate mounted does not run."""
+        gate = self.approval_gate
+        if gate is None:
+            if tool.needs_approval:
+                return f'approval unavailable: "{tool.name}" requires approval and no approval service is mounted; the call was not run'
+            return None
+        if not gate.requires(tool):
+            return None
+        try:
+            return await gate.authorize(tool, call)
+        except Exception as exc:
+            _log.debug("approval gate failed for %s", tool.name, exc_info=True)
+            return f'approval unavailable: "{tool.name}" could not be approved ({exc}); the call was not run'
+
 
 _JSON_TYPES = {
     bool: "boolean",
@@ -245,22 +260,6 @@ def _describe(error: jsonschema.exceptions.ValidationError) -> str:
     # jsonschema quotes the offending value, which the model itself may have made huge.
     message = error.message if len(error.message) <= 200 else error.message[:200] + "…"
     return f"{path}: {message}"
-
-
-    async def _approval_refusal(self, tool: Tool, call: ToolCall) -> str | None:
-        """Fail closed: a tool that needs approval with no gate mounted does not run."""
-        gate = self.approval_gate
-        if gate is None:
-            if tool.needs_approval:
-                return f'approval unavailable: "{tool.name}" requires approval and no approval service is mounted; the call was not run'
-            return None
-        if not gate.requires(tool):
-            return None
-        try:
-            return await gate.authorize(tool, call)
-        except Exception as exc:
-            _log.debug("approval gate failed for %s", tool.name, exc_info=True)
-            return f'approval unavailable: "{tool.name}" could not be approved ({exc}); the call was not run'
 
 
 def _text(text: str) -> ContentBlock:
