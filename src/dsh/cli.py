@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--dsn", help="PostgreSQL URL (with --store postgres)")
     chat.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
 
+    _acp_parser(commands, chat)
+
     sessions = commands.add_parser("sessions", help="inspect stored sessions")
     sub = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)
     listing = sub.add_parser("list", help="sessions, newest first")
@@ -143,6 +145,18 @@ def build_parser() -> argparse.ArgumentParser:
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
     mcp_cmd.add_parser(commands, _Parser)
     return parser
+
+
+ACP_SKIPS = frozenset({"help", "resume", "continue_", "plain"})
+
+
+def _acp_parser(commands: Any, chat: argparse.ArgumentParser) -> None:
+    """``dsh acp`` takes dsh chat's options, less those of a terminal or a single session."""
+    acp = commands.add_parser("acp", help="serve the Agent Client Protocol on stdin/stdout (for editors)")
+    for action in chat._actions:
+        if action.dest not in ACP_SKIPS:
+            acp._add_action(action)
+    acp.set_defaults(resume=None, continue_=False, plain=False)
 
 
 # -- compositions ----------------------------------------------------------------------------
@@ -435,6 +449,25 @@ def _install_signal_handlers(loop: asyncio.AbstractEventLoop, app: Any) -> Any:
     return remove
 
 
+async def cmd_acp(args: argparse.Namespace) -> int:
+    """``dsh acp``: dsh chat's composition with ``acp-app`` in place of ``stdio-app``."""
+    from dsh.apps.acp import app as acp_app
+    from dsh.apps.acp.server import AcpOptions, serve
+
+    entries, base_dir = composition(args)
+    ctx = Context()
+    try:
+        await load_plugins(ctx, acp_app.swap_app(entries, APP_NAMES), base_dir=base_dir)
+        config = ctx.get("acp_app")
+        if config is None:
+            raise UsageError("the composition has no running stdio-app entry to serve ACP with")
+        options = AcpOptions(model=args.model, default_model=config.model, permission_timeout=config.permission_timeout_seconds)
+        await serve(ctx, options)
+    finally:
+        await ctx.dispose()
+    return 0
+
+
 async def cmd_sessions(args: argparse.Namespace) -> int:
     if args.action == "import":
         return await sessions_view.import_file(args)
@@ -482,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(debug)
     try:
         args = build_parser().parse_args(argv)
-        runner = {"chat": cmd_chat, "mcp": mcp_cmd.run}.get(args.command, cmd_sessions)
+        runner = {"chat": cmd_chat, "acp": cmd_acp, "mcp": mcp_cmd.run}.get(args.command, cmd_sessions)
         try:
             status = asyncio.run(runner(args))
             sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
