@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +121,56 @@ async def test_workspace_tools_and_permissions(tmp_path: Path) -> None:
     events = [json.loads(line) for line in log_path.read_text().splitlines()[1:]]
     decided = [e["data"]["outcome"] for e in events if e["type"] == "approval/decided"]
     assert decided == ["allowed-once", "rejected", "cancelled", "cancelled"]
+
+
+MCP_SERVER = Path(__file__).resolve().parents[2] / "mcp" / "mcp_test_server.py"
+
+
+async def test_client_mcp_servers_are_connected_for_the_session(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with SSEServer() as server:
+        server.push(
+            call(1, "mcp__docs__search", {"q": "acp"}),
+            call(2, "mcp__docs__search", {"q": "again"}),
+            say("Found it."),
+        )
+        args = ["--base-url", server.base_url, "--model", "test-model"]
+        async with dsh_acp(tmp_path, *args) as (conn, _proc, rec, log):
+            await initialize(conn)
+            docs = schema.McpServerStdio(
+                name="docs",
+                command=sys.executable,
+                args=[str(MCP_SERVER)],
+                env=[schema.EnvVariable(name="MCP_TAG", value="docs")],
+            )
+            sid = (await asyncio.wait_for(conn.new_session(cwd=str(ws), mcp_servers=[docs]), 60)).session_id
+            rec.answers = ["allow-always"]
+            r1 = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("search")]), 60)
+            assert r1.stop_reason == "end_turn", stderr_of(log)
+            tools = [t["function"]["name"] for t in server.requests[0].json["tools"]]
+            assert "mcp__docs__search" in tools
+            # Allow always: asked once, the second call runs without asking.
+            assert len(rec.asked) == 1 and rec.asked[0].tool_call.tool_call_id == "call_1"
+            ends = [u for _, u in rec.updates if u.session_update == "tool_call_update"]
+            assert [u.content[0].content.text for u in ends] == ["docs found acp", "docs found again"]
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+async def test_bash_shows_command_and_output(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with SSEServer() as server:
+        server.push(call(1, "bash", {"command": "echo from-bash", "description": "Say hi"}), say("Ran it."))
+        args = ["--base-url", server.base_url, "--model", "test-model"]
+        async with dsh_acp(tmp_path, *args) as (conn, _proc, rec, log):
+            await initialize(conn)
+            sid = (await conn.new_session(cwd=str(ws), mcp_servers=[])).session_id
+            r1 = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("run")]), 60)
+            assert r1.stop_reason == "end_turn", stderr_of(log)
+            start = next(u for _, u in rec.updates if u.session_update == "tool_call")
+            end = next(u for _, u in rec.updates if u.session_update == "tool_call_update")
+            assert (start.title, start.kind) == ("Say hi", "execute")
+            assert start.content[0].content.text == "$ echo from-bash"
+            assert end.status == "completed", end.content
+            assert "from-bash" in end.content[0].content.text
