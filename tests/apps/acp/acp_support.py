@@ -14,6 +14,7 @@ from typing import Any
 from acp import schema
 from acp.client.connection import ClientSideConnection
 from acp.stdio import spawn_agent_process
+
 from tests.apps.conftest import dsh_env
 
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}

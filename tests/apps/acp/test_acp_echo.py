@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from acp import schema
 from acp.exceptions import RequestError
+
 from tests.apps.acp.acp_support import dsh_acp, initialize, kill9, stderr_of
 from tests.apps.conftest import run_dsh
 
@@ -97,10 +98,12 @@ async def test_echo_session_survives_kill9(tmp_path: Path) -> None:
         r4 = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("after cancel")]), 60)
         assert r4.stop_reason == "end_turn"
         rec.clear()
-        asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("y" * 3000)]))
+        killed = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("y" * 3000)]))
         await rec.wait_for(lambda: "agent_message_chunk" in rec.kinds())
         kill9(proc)
         await proc.wait()
+        with pytest.raises(ConnectionError):  # the connection is gone: the prompt never answers
+            await asyncio.wait_for(killed, 30)
 
     # A new process loads the session: the whole log replayed in order, user messages included.
     async with dsh_acp(tmp_path) as (conn, proc, rec, log):

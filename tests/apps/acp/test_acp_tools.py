@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from acp import schema
+
 from tests.apps.acp.acp_support import dsh_acp, initialize, stderr_of
 from tests.llm.sse_server import Reply, SSEServer, chunk
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.apps.conftest import dsh_env
 
 pytestmark = pytest.mark.slow

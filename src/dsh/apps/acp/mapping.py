@@ -95,7 +95,7 @@ def _text_content(text: str) -> schema.ContentToolCallContent:
 
 def tool_call_content(
     name: str, args: Any, cwd: str | None
-) -> list[schema.ContentToolCallContent | schema.FileEditToolCallContent]:
+) -> list[schema.ContentToolCallContent | schema.FileEditToolCallContent | schema.TerminalToolCallContent]:
     """What a tool call shows before it runs: a diff for ``write``/``edit``, the command for ``bash``."""
     path = _str(args, "file_path")
     if name == "write" and path is not None:

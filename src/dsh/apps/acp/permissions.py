@@ -75,7 +75,12 @@ class ClientAsker:
             if signal.aborted:
                 ask.cancel()
                 return "cancelled"
-            remove = signal.add_listener(lambda: aborted.done() or aborted.set_result(None))
+
+            def on_abort() -> None:
+                if not aborted.done():
+                    aborted.set_result(None)
+
+            remove = signal.add_listener(on_abort)
         try:
             done, _ = await asyncio.wait({ask, aborted}, timeout=self.timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:

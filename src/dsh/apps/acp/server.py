@@ -22,12 +22,13 @@ import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from acp import PROTOCOL_VERSION, schema
 from acp.agent.connection import AgentSideConnection
 from acp.exceptions import RequestError
+from acp.interfaces import Agent as AcpAgent
 
 from dsh.agent.agent import Agent
 from dsh.apps.acp.mapping import Update, invalid_params, prompt_content, stop_reason, updates_for
@@ -263,7 +264,7 @@ class DshAcpAgent:
                 schema.SessionInfo(
                     session_id=info.id,
                     cwd=str(info.header.get("cwd") or ""),
-                    updated_at=datetime.fromtimestamp(updated / 1000, timezone.utc).isoformat().replace("+00:00", "Z"),
+                    updated_at=datetime.fromtimestamp(updated / 1000, UTC).isoformat().replace("+00:00", "Z"),
                 )
             )
         more = start + LIST_PAGE < len(infos)
@@ -344,7 +345,9 @@ async def serve(ctx: Context, options: AcpOptions) -> None:
     out = claim_stdout()
     agent = DshAcpAgent(ctx, options)
     transport = StdioTransport(out)
-    conn = AgentSideConnection(agent, transport, listening=False, use_unstable_protocol=True)
+    # use_unstable_protocol: session/resume is routed only then; the unstable methods dsh does not
+    # implement (fork, close, ...) still answer "Method not found".
+    conn = AgentSideConnection(cast(AcpAgent, agent), transport, listening=False, use_unstable_protocol=True)
     try:
         await conn.listen()
     finally:

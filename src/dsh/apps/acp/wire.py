@@ -13,6 +13,7 @@ whatever a library or a child process prints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -51,10 +52,8 @@ class StdioTransport:
         except (OSError, ValueError):
             pass
         finally:
-            try:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody reads any more
                 self._loop.call_soon_threadsafe(self._lines.put_nowait, None)
-            except RuntimeError:
-                pass  # the loop is closed: nobody is reading any more
 
     async def send(self, message: dict[str, Any]) -> None:
         self.write(message)
@@ -95,10 +94,8 @@ class StdioTransport:
     def _error(self, code: int, text: str, request_id: Any = None) -> None:
         if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
             request_id = None
-        try:
+        with contextlib.suppress(ConnectionError):
             self.write({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": text}})
-        except ConnectionError:
-            pass
 
     async def close(self) -> None:
         with self._lock:
