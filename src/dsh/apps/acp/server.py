@@ -184,8 +184,6 @@ class DshAcpAgent:
         model = self.options.model or self.options.default_model
         agent = self.ctx.agent_loop.create(session_id, model=model, cwd=cwd, session_id=session_id)
         state = self.sessions[session_id] = _AcpSession(agent, cwd)
-        # Durable at once, so session/list and `dsh sessions` show it before its first prompt.
-        await self.ctx.sessions.flush(agent.session)
         await self._connect_mcp(state, configs)
         log.info("acp: new session %s in %s", session_id, cwd)
         return schema.NewSessionResponse(session_id=session_id)
