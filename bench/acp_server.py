@@ -11,7 +11,8 @@ Two figures, each from a real ``dsh acp`` subprocess on stdio:
   :mod:`bench.workload`: 371 turns of 27 events, 20 text deltas each), timed from sending the
   request to its response, which arrives after every replayed update. Reported as events/s and
   updates/s, and ÷ the same session's bare ``JsonlStore.load`` in this process (what a load costs
-  before anything is sent).
+  before anything is sent). The same load is also timed with a raw reader that only splits the
+  lines (no acp client, no pydantic): the agent's own replay rate, without the client's cost.
 
 ``--json`` prints one JSON object.
 """
@@ -119,6 +120,9 @@ async def replay(folder: Path, rounds: int) -> dict[str, Any]:
                 await conn.load_session(cwd=str(folder), session_id=SESSION_ID, mcp_servers=[])
                 loads.append(time.perf_counter() - start)
                 updates = client.updates
+    raw = []
+    for _ in range(rounds):
+        raw.append(await _raw_load(folder, root))
     seconds = median(loads)
     return {
         "events": events,
@@ -126,9 +130,34 @@ async def replay(folder: Path, rounds: int) -> dict[str, Any]:
         "load_median_ms": round(seconds * 1000, 1),
         "events_per_s": round(events / seconds),
         "updates_per_s": round(updates / seconds),
+        "raw_reader_load_median_ms": round(median(raw) * 1000, 1),
+        "raw_reader_events_per_s": round(events / median(raw)),
         "store_load_median_ms": round(median(bare) * 1000, 1),
         "load_over_store_load": round(seconds / median(bare), 2),
     }
+
+
+async def _raw_load(folder: Path, root: Path) -> float:
+    """``session/load`` read as bare lines: the seconds until its response line arrives."""
+    with (folder / "stderr.log").open("ab") as err:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "dsh", "acp", "--root", str(root), cwd=folder, env=_env(),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err, limit=50 * 1024 * 1024,
+        )
+    assert proc.stdin is not None and proc.stdout is not None
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}
+    proc.stdin.write(json.dumps(init).encode() + b"\n")
+    await proc.stdout.readline()
+    load = {"jsonrpc": "2.0", "id": 2, "method": "session/load",
+            "params": {"sessionId": SESSION_ID, "cwd": str(folder), "mcpServers": []}}
+    start = time.perf_counter()
+    proc.stdin.write(json.dumps(load).encode() + b"\n")
+    while b'"id":2' not in await proc.stdout.readline():
+        pass
+    seconds = time.perf_counter() - start
+    proc.stdin.close()
+    await proc.wait()
+    return seconds
 
 
 async def run(prompts: int, rounds: int) -> dict[str, Any]:
@@ -154,7 +183,8 @@ def main() -> None:
           f"(round trip {f['round_trip_median_ms']} ms; share {f['first_chunk_share_of_round_trip']})")
     print(f"session/load replay: {r['events']} events, {r['updates']} updates in {r['load_median_ms']} ms: "
           f"{r['events_per_s']} events/s, {r['updates_per_s']} updates/s; "
-          f"÷ bare store load ({r['store_load_median_ms']} ms) = {r['load_over_store_load']}")
+          f"÷ bare store load ({r['store_load_median_ms']} ms) = {r['load_over_store_load']}; "
+          f"raw reader {r['raw_reader_load_median_ms']} ms ({r['raw_reader_events_per_s']} events/s)")
 
 
 if __name__ == "__main__":

@@ -85,3 +85,32 @@ def test_a_relative_write_path_becomes_an_absolute_diff_path() -> None:
     result = {"callId": "c1", "content": [{"type": "text", "text": "Error: no"}], "isError": True}
     (end,) = updates_for("tool/result", result, cwd="/w", tool_names=names, replay=False)
     assert (end.status, end.kind) == ("failed", "edit")
+
+
+async def test_the_replay_fast_path_sends_what_the_mapping_sends() -> None:
+    from dsh.apps.acp.replay import replay
+    from dsh.session import Session
+
+    session = Session("s")
+    session.append("turn/start", {"turn": 1, "trigger": {"kind": "message", "source": {"kind": "user"}}})
+    session.append("user/message", {"content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}}, surface_op="append")
+    session.append("step/start", {"turn": 1, "step": 1})
+    for chunk in (
+        {"type": "reasoning-delta", "index": 0, "text": "hmm"},
+        {"type": "text-delta", "index": 1, "text": "hel"},
+        {"type": "text-delta", "index": 1, "text": "lo"},
+    ):
+        session.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": chunk})
+    slow: list[dict[str, Any]] = []
+    fast: list[dict[str, Any]] = []
+
+    async def send_slow(update: Any) -> None:
+        slow.append(update.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True))
+
+    async def send_fast(update: Any) -> None:
+        fast.append(update.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True))
+
+    assert await replay(session.events, send_slow, cwd=None, tool_names={}) == 4
+    assert await replay(session.events, send_fast, cwd=None, tool_names={}, send_raw=fast.append) == 4
+    assert fast == slow
+    assert [u["sessionUpdate"] for u in fast] == ["user_message_chunk", "agent_thought_chunk", "agent_message_chunk", "agent_message_chunk"]

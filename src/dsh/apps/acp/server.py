@@ -79,8 +79,9 @@ def _unknown(session_id: str) -> RequestError:
 class DshAcpAgent:
     """The ACP agent (the ``acp.Agent`` protocol) over one dsh :class:`Context`."""
 
-    def __init__(self, ctx: Context, options: AcpOptions) -> None:
+    def __init__(self, ctx: Context, options: AcpOptions, transport: StdioTransport | None = None) -> None:
         self.ctx = ctx
+        self.transport = transport
         self.options = options
         self.client: AgentSideConnection | None = None
         self.sessions: dict[str, _AcpSession] = {}
@@ -206,8 +207,21 @@ class DshAcpAgent:
             async def send(update: Update) -> None:
                 await client.session_update(session_id, update)
 
+            transport = self.transport
+            send_raw = None
+            if transport is not None:
+
+                def send_raw(update: dict[str, Any]) -> None:
+                    params = {"sessionId": session_id, "update": update}
+                    transport.write({"jsonrpc": "2.0", "method": "session/update", "params": params})
+
             names: dict[str, str] = {}
-            await replay(list(state.agent.session.events), send, cwd=state.cwd, tool_names=names)
+            events = list(state.agent.session.events)
+            if transport is None:
+                await replay(events, send, cwd=state.cwd, tool_names=names)
+            else:
+                with transport.batched():
+                    await replay(events, send, cwd=state.cwd, tool_names=names, send_raw=send_raw)
             state.tool_names.update(names)
         return schema.LoadSessionResponse()
 
@@ -341,8 +355,8 @@ def _mcp_config(server: Any) -> dict[str, Any]:
 async def serve(ctx: Context, options: AcpOptions) -> None:
     """Serve ACP on this process's stdin/stdout until the client closes stdin."""
     out = claim_stdout()
-    agent = DshAcpAgent(ctx, options)
     transport = StdioTransport(out)
+    agent = DshAcpAgent(ctx, options, transport)
     # use_unstable_protocol: session/resume is routed only then; the unstable methods dsh does not
     # implement (fork, close, ...) still answer "Method not found".
     conn = AgentSideConnection(cast(AcpAgent, agent), transport, listening=False, use_unstable_protocol=True)

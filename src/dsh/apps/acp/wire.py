@@ -18,9 +18,12 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-__all__ = ["StdioTransport", "claim_stdout"]
+__all__ = ["BATCH_BYTES", "StdioTransport", "claim_stdout"]
+
+BATCH_BYTES = 64 * 1024
 
 
 def claim_stdout() -> BinaryIO:
@@ -42,6 +45,8 @@ class StdioTransport:
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
         self._closed = False
+        self._batch: list[bytes] | None = None
+        self._batched = 0
         # A thread, not connect_read_pipe: stdin may be a regular file or a terminal as well.
         threading.Thread(target=self._read, name="dsh-acp-stdin", daemon=True).start()
 
@@ -60,6 +65,31 @@ class StdioTransport:
 
     def write(self, message: dict[str, Any]) -> None:
         data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        if self._batch is not None:
+            self._batch.append(data)
+            self._batched += len(data)
+            if self._batched >= BATCH_BYTES:
+                self.flush()
+            return
+        self._write(data)
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Collect writes and send them in blocks of about ``BATCH_BYTES`` (a replay: one write
+        system call per message was most of its cost); everything is written on exit."""
+        self._batch, self._batched = [], 0
+        try:
+            yield
+        finally:
+            self.flush()
+            self._batch = None
+
+    def flush(self) -> None:
+        if self._batch:
+            data, self._batch[:], self._batched = b"".join(self._batch), [], 0
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
         with self._lock:
             if self._closed:
                 raise ConnectionError("Connection closed")
