@@ -134,3 +134,15 @@ async def test_echo_session_survives_kill9(tmp_path: Path) -> None:
     resumed = run_dsh(["chat", "--resume", sid], tmp_path, stdin="and from the terminal\n")
     assert resumed.returncode == 0, resumed.stderr
     assert 'You said: "and from the terminal"' in resumed.stdout
+
+    # session/resume: the same session, continued without a replay.
+    async with dsh_acp(tmp_path) as (conn, _proc, rec, log):
+        await initialize(conn)
+        await asyncio.wait_for(conn.resume_session(cwd=str(ws), session_id=sid, mcp_servers=[]), 60)
+        assert rec.updates == []
+        r6 = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("resumed")]), 60)
+        assert r6.stop_reason == "end_turn", stderr_of(log)
+        assert rec.kinds()[0] == "agent_message_chunk"
+        with pytest.raises(RequestError) as missing:
+            await conn.load_session(cwd=str(ws), session_id="main-session-missing", mcp_servers=[])
+        assert 'cannot load session "main-session-missing"' in str(missing.value)
