@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,21 @@ async def test_echo_session_survives_kill9(tmp_path: Path) -> None:
         with pytest.raises(RequestError) as missing:
             await conn.load_session(cwd=str(ws), session_id="main-session-missing", mcp_servers=[])
         assert 'cannot load session "main-session-missing"' in str(missing.value)
+
+
+async def test_sigterm_ends_the_running_turn_aborted_and_flushes(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    async with dsh_acp(tmp_path) as (conn, proc, rec, log):
+        await initialize(conn)
+        sid = (await conn.new_session(cwd=str(ws), mcp_servers=[])).session_id
+        running = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text("z" * 3000)]))
+        await rec.wait_for(lambda: "agent_message_chunk" in rec.kinds())
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0, stderr_of(log)
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(running, 30)
+    log_path = next((tmp_path / ".sessions").glob("*/*.jsonl"))
+    events = [json.loads(line) for line in log_path.read_text().splitlines()[1:]]
+    assert events[-1]["type"] == "turn/end"
+    assert events[-1]["data"]["reason"] == {"kind": "aborted", "reason": "dsh acp stopped (end of input or a signal)"}

@@ -16,9 +16,11 @@ content block, a session held by another process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import logging
 import os
+import signal
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -360,11 +362,23 @@ async def serve(ctx: Context, options: AcpOptions) -> None:
     # use_unstable_protocol: session/resume is routed only then; the unstable methods dsh does not
     # implement (fork, close, ...) still answer "Method not found".
     conn = AgentSideConnection(cast(AcpAgent, agent), transport, listening=False, use_unstable_protocol=True)
+    listening = asyncio.ensure_future(conn.listen())
+    loop = asyncio.get_running_loop()
+    handled = []
+    # An editor stops its agent with SIGTERM (or SIGINT): leave like at end of input, so running
+    # turns end "aborted" and every session is flushed, instead of leaving them to crash repair.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, listening.cancel)
+            handled.append(signum)
     try:
-        await conn.listen()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listening
     finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
         await agent.close()
         for state in agent.sessions.values():
             if state.agent.status == "running":
-                state.agent.cancel("the client disconnected")
+                state.agent.cancel("dsh acp stopped (end of input or a signal)")
         await asyncio.shield(conn.close())

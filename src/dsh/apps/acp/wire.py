@@ -40,8 +40,13 @@ class StdioTransport:
 
     def __init__(self, output: BinaryIO, input: BinaryIO | None = None) -> None:
         self._out = output
-        self._in = input if input is not None else sys.stdin.buffer
-        self._lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+        # The raw fd, not a buffered reader: a daemon thread blocked in a buffered read holds its
+        # lock, and the interpreter aborts at shutdown (a SIGTERM while the client is quiet).
+        self._fd = (input if input is not None else sys.stdin.buffer).fileno()
+        self._chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._pending = bytearray()
+        self._scanned = 0  # bytes of _pending known to hold no newline (long lines stay linear)
+        self._eof = False
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
         self._closed = False
@@ -52,13 +57,33 @@ class StdioTransport:
 
     def _read(self) -> None:
         try:
-            for line in iter(self._in.readline, b""):
-                self._loop.call_soon_threadsafe(self._lines.put_nowait, line)
+            while chunk := os.read(self._fd, 1 << 16):
+                self._loop.call_soon_threadsafe(self._chunks.put_nowait, chunk)
         except (OSError, ValueError):
             pass
         finally:
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody reads any more
-                self._loop.call_soon_threadsafe(self._lines.put_nowait, None)
+                self._loop.call_soon_threadsafe(self._chunks.put_nowait, None)
+
+    async def _next_line(self) -> bytes | None:
+        while True:
+            index = self._pending.find(b"\n", self._scanned)
+            if index >= 0:
+                line = bytes(self._pending[:index])
+                del self._pending[: index + 1]
+                self._scanned = 0
+                return line
+            self._scanned = len(self._pending)
+            if self._eof:
+                line = bytes(self._pending)
+                self._pending.clear()
+                self._scanned = 0
+                return line or None
+            chunk = await self._chunks.get()
+            if chunk is None:
+                self._eof = True
+            else:
+                self._pending.extend(chunk)
 
     async def send(self, message: dict[str, Any]) -> None:
         self.write(message)
@@ -104,7 +129,7 @@ class StdioTransport:
 
     async def receive(self) -> dict[str, Any] | None:
         while True:
-            line = await self._lines.get()
+            line = await self._next_line()
             if line is None:
                 return None
             line = line.strip()
