@@ -13,9 +13,8 @@ import pytest
 
 from tests.apps.conftest import dsh_env
 
-pytestmark = pytest.mark.slow
 
-
+@pytest.mark.slow
 def test_bad_input_gets_errors_and_the_process_keeps_serving(tmp_path: Path) -> None:
     lines = [
         "this is not json",
@@ -45,3 +44,26 @@ def test_bad_input_gets_errors_and_the_process_keeps_serving(tmp_path: Path) -> 
     assert "unknown session" in by_id[9][0]["error"]["message"]  # type: ignore[index]
     assert by_id[10][0]["error"]["code"] == -32602  # type: ignore[index]
     assert by_id[11][0]["result"]["agentCapabilities"]["loadSession"] is True  # type: ignore[index]
+
+
+async def test_transport_splits_lines_across_reads_and_answers_bad_ones() -> None:
+    import os
+
+    from dsh.apps.acp.wire import StdioTransport
+
+    read_in, write_in = os.pipe()
+    read_out, write_out = os.pipe()
+    with os.fdopen(read_in, "rb", buffering=0) as src, os.fdopen(write_out, "wb", buffering=0) as dst:
+        transport = StdioTransport(dst, src)
+        big = json.dumps({"jsonrpc": "2.0", "method": "x", "params": {"t": "a" * 300_000}}).encode()
+        os.write(write_in, big[:1000])
+        os.write(write_in, big[1000:] + b"\n{oops\n")
+        os.write(write_in, b'{"jsonrpc": "2.0", "id": 1, "result": null}')  # no final newline
+        os.close(write_in)
+        first = await transport.receive()
+        assert first is not None and len(first["params"]["t"]) == 300_000
+        assert await transport.receive() == {"jsonrpc": "2.0", "id": 1, "result": None}
+        assert await transport.receive() is None
+        error = json.loads(os.read(read_out, 1 << 16))
+        assert error["error"]["code"] == -32700 and error["id"] is None
+    os.close(read_out)
