@@ -28,7 +28,7 @@ from dsh.apps import mcp_cmd, pipes
 from dsh.apps import sessions as sessions_view
 from dsh.apps.escape import escape_controls
 from dsh.apps.store_check import StoreUnwritable
-from dsh.compose import APP_NAMES, DEFAULT_ROOT, STORE_NAMES
+from dsh.compose import APP_NAMES, DEFAULT_ROOT, ECHO_MODEL, STORE_NAMES
 from dsh.compose import open_store as open_store_by_options
 from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore, StoreError
@@ -37,7 +37,6 @@ from dsh.runtime.loader import LoadError, PluginEntry, load_config_file, load_pl
 
 log = logging.getLogger("dsh")
 
-ECHO_MODEL = "mock-echo"
 # UsageError, APP_NAMES, STORE_NAMES and DEFAULT_ROOT are re-exported for older imports.
 __all__ = ["APP_NAMES", "DEFAULT_ROOT", "STORE_NAMES", "UsageError", "build_parser", "main", "open_store"]
 WORKSPACE_NAMES = frozenset({"workspace-tools", "dsh.tools.workspace.plugin", "dsh.tools.workspace"})
@@ -107,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--dsn", help="PostgreSQL URL (with --store postgres)")
     chat.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
 
+    _acp_parser(commands, chat)
+
     sessions = commands.add_parser("sessions", help="inspect stored sessions")
     sub = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)
     listing = sub.add_parser("list", help="sessions, newest first")
@@ -137,6 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     reminders.add_parser(commands, _store_options)
     return parser
+
+
+ACP_SKIPS = frozenset({"help", "resume", "continue_", "plain"})
+
+
+def _acp_parser(commands: Any, chat: argparse.ArgumentParser) -> None:
+    """``dsh acp`` takes dsh chat's options, less those of a terminal or a single session."""
+    acp = commands.add_parser("acp", help="serve the Agent Client Protocol on stdin/stdout (for editors)")
+    for action in chat._actions:
+        if action.dest not in ACP_SKIPS:
+            acp._add_action(action)
+    acp.set_defaults(resume=None, continue_=False, plain=False)
 
 
 # -- compositions ----------------------------------------------------------------------------
@@ -411,6 +424,25 @@ def _install_signal_handlers(loop: asyncio.AbstractEventLoop, app: Any) -> Any:
     return remove
 
 
+async def cmd_acp(args: argparse.Namespace) -> int:
+    """``dsh acp``: dsh chat's composition with ``acp-app`` in place of ``stdio-app``."""
+    from dsh.apps.acp import app as acp_app
+    from dsh.apps.acp.server import AcpOptions, serve
+
+    entries, base_dir = composition(args)
+    ctx = Context()
+    try:
+        await load_plugins(ctx, acp_app.swap_app(entries, APP_NAMES), base_dir=base_dir)
+        config = ctx.get("acp_app")
+        if config is None:
+            raise UsageError("the composition has no running stdio-app entry to serve ACP with")
+        options = AcpOptions(model=args.model, default_model=config.model, permission_timeout=config.permission_timeout_seconds)
+        await serve(ctx, options)
+    finally:
+        await ctx.dispose()
+    return 0
+
+
 async def cmd_sessions(args: argparse.Namespace) -> int:
     if args.action == "import":
         return await sessions_view.import_file(args)
@@ -439,7 +471,7 @@ class _EscapingFormatter(logging.Formatter):
 async def cmd_reminders(args: argparse.Namespace) -> int:
     from dsh.apps import reminders
 
-    return await reminders.run_command(args)
+    return await reminders.run_command(args, default_entries)
 
 
 def _configure_logging(debug: bool) -> None:
@@ -462,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(debug)
     try:
         args = build_parser().parse_args(argv)
-        runner = {"chat": cmd_chat, "mcp": mcp_cmd.run, "sessions": cmd_sessions}.get(args.command, cmd_reminders)
+        runner = {"chat": cmd_chat, "acp": cmd_acp, "mcp": mcp_cmd.run, "sessions": cmd_sessions}.get(args.command, cmd_reminders)
         try:
             status = asyncio.run(runner(args))
             sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit

@@ -47,6 +47,8 @@ __all__ = [
 SESSION_STORE: ServiceKey[SessionStore] = ServiceKey("session_store")
 
 DEFAULT_ROOT = "./.sessions"
+# The keyless model of the default composition.
+ECHO_MODEL = "mock-echo"
 APP_NAMES = frozenset({"stdio-app", "dsh.apps.stdio"})
 # Store plugin names (short and module form) and the store kind each one mounts.
 STORE_NAMES: Mapping[str, str] = {
@@ -199,6 +201,45 @@ class OpenedStore:
         await self.ctx.dispose()
 
 
+def choose_store(
+    *,
+    kind: str | None = None,
+    root: str | None = None,
+    sqlite: str | None = None,
+    dsn: str | None = None,
+    config: str | None = None,
+    check: Callable[[str | None, str | None], None] | None = None,
+) -> tuple[PluginEntry, Path | None]:
+    """The store plugin entry the options name, and the folder its relative paths resolve in.
+
+    ``kind`` is ``jsonl``, ``sqlite`` or ``postgres`` (default ``jsonl``, or whatever the config
+    file's store plugin or stdio-app entry selects when ``config`` is given and ``kind`` is not).
+    ``check(kind, mounted)`` sees the decision before anything opens (``mounted``: the id of the
+    config's own store plugin), so a caller can refuse flags that store would ignore.
+    """
+    base = Path(config).resolve().parent if config else None
+    if config and not kind:
+        entries = [e for e in load_config_file(config) if not e.disabled]
+        stores = [e for e in entries if e.name in STORE_NAMES]
+        apps = [e for e in entries if e.name in APP_NAMES]
+        if stores:
+            if check is not None:
+                check(None, stores[-1].id)
+            return stores[-1], base
+        if apps:
+            # The app's own store, with its paths resolved as the app resolves them (cwd).
+            app = apps[0].config or {}
+            kind = app.get("store", "jsonl")
+            root = root or app.get("persistenceRoot")
+            sqlite = sqlite or app.get("sqlitePath")
+    kind = kind or "jsonl"
+    if check is not None:
+        check(kind, None)
+    if kind == "postgres":
+        return PluginEntry("store", "postgres-sessions", {"dsn": dsn} if dsn else {}), base
+    return app_store_entry(kind, root or DEFAULT_ROOT, sqlite), base
+
+
 async def open_store(
     *,
     kind: str | None = None,
@@ -208,37 +249,9 @@ async def open_store(
     config: str | None = None,
     check: Callable[[str | None, str | None], None] | None = None,
 ) -> OpenedStore:
-    """The store the ``sessions`` commands (and ``--continue``) read.
-
-    ``kind`` is ``jsonl``, ``sqlite`` or ``postgres`` (default ``jsonl``, or whatever the config
-    file's store plugin or stdio-app entry selects when ``config`` is given and ``kind`` is not).
-    ``check(kind, mounted)`` sees the decision before anything opens (``mounted``: the id of the
-    config's own store plugin), so a caller can refuse flags that store would ignore.
-    """
-    entry: PluginEntry | None = None
-    if config and not kind:
-        entries = [e for e in load_config_file(config) if not e.disabled]
-        stores = [e for e in entries if e.name in STORE_NAMES]
-        apps = [e for e in entries if e.name in APP_NAMES]
-        if stores:
-            entry = stores[-1]
-            if check is not None:
-                check(None, entry.id)
-        elif apps:
-            # The app's own store, with its paths resolved as the app resolves them (cwd).
-            app = apps[0].config or {}
-            kind = app.get("store", "jsonl")
-            root = root or app.get("persistenceRoot")
-            sqlite = sqlite or app.get("sqlitePath")
-    if entry is None:
-        kind = kind or "jsonl"
-        if check is not None:
-            check(kind, None)
-        if kind == "postgres":
-            entry = PluginEntry("store", "postgres-sessions", {"dsn": dsn} if dsn else {})
-        else:
-            entry = app_store_entry(kind, root or DEFAULT_ROOT, sqlite)
+    """The store the ``sessions`` commands (and ``--continue``) read: :func:`choose_store`'s
+    choice, mounted on a context of its own."""
+    entry, base = choose_store(kind=kind, root=root, sqlite=sqlite, dsn=dsn, config=config, check=check)
     ctx = Context()
-    base = Path(config).resolve().parent if config else None
     await load_plugins(ctx, [entry], base_dir=base)
     return OpenedStore(ctx.require(SESSION_STORE), ctx)

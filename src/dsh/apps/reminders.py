@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh import _clock
+from dsh.compose import ECHO_MODEL, SESSION_STORE, choose_store
 from dsh.persistence.base import SessionLocked, SessionStore, StoreError
 from dsh.runtime import Context
-from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins
+from dsh.runtime.loader import PluginEntry, load_plugins
 
 if TYPE_CHECKING:
     from dsh.agent.loop import AgentLoop
@@ -70,37 +71,20 @@ def add_parser(commands: Any, store_options: Callable[[argparse.ArgumentParser],
 
 def store_entry(args: argparse.Namespace) -> tuple[PluginEntry, Path | None]:
     """The store plugin entry the options name (as ``dsh sessions`` chooses it)."""
-    from dsh.cli import DEFAULT_ROOT, STORE_NAMES
-
-    kind, root, sqlite = args.store, args.root, args.sqlite
-    base = Path(args.config).resolve().parent if args.config else None
-    if args.config and not kind:
-        entries = [e for e in load_config_file(args.config) if not e.disabled]
-        stores = [e for e in entries if e.name in STORE_NAMES]
-        if stores:
-            return stores[-1], base
-        apps = [e.config or {} for e in entries if e.name in ("stdio-app", "dsh.apps.stdio")]
-        if apps:
-            kind = apps[0].get("store", "jsonl")
-            root = root or apps[0].get("persistenceRoot")
-            sqlite = sqlite or apps[0].get("sqlitePath")
-    kind = kind or "jsonl"
-    folder = Path(root or DEFAULT_ROOT).expanduser().resolve()
-    if kind == "jsonl":
-        return PluginEntry("store", "jsonl-sessions", {"root": str(folder)}), base
-    if kind == "sqlite":
-        path = Path(sqlite).expanduser().resolve() if sqlite else folder / "sessions.sqlite3"
-        return PluginEntry("store", "sqlite-sessions", {"path": str(path)}), base
-    return PluginEntry("store", "postgres-sessions", {"dsn": args.dsn} if args.dsn else {}), base
+    return choose_store(
+        kind=args.store, root=args.root, sqlite=args.sqlite, dsn=args.dsn, config=args.config
+    )
 
 
-async def mount_worker(ctx: Context, args: argparse.Namespace) -> None:
+DefaultEntries = Callable[[argparse.Namespace], list[PluginEntry]]
+
+
+async def mount_worker(ctx: Context, args: argparse.Namespace, default_entries: DefaultEntries) -> None:
     """``dsh chat``'s default composition without the app, ``schedule`` in worker mode."""
     from dsh.agent import agent as agents_plugin
     from dsh.agent import loop as loop_plugin
     from dsh.agent import sessions as sessions_plugin
     from dsh.agent import system_prompt as system_prompt_plugin
-    from dsh.cli import default_entries
     from dsh.llm import service as llm_plugin
     from dsh.tools import registry as tools_plugin
 
@@ -150,12 +134,13 @@ async def collect(store: SessionStore, now: int) -> tuple[list[Row], list[str]]:
 
 
 async def list_reminders(args: argparse.Namespace) -> int:
-    from dsh.cli import open_store
     from dsh.plugins.time_context import format_timestamp, resolve_zone
 
-    store, ctx = await open_store(args)
+    entry, base = store_entry(args)
+    ctx = Context()
     try:
-        rows, problems = await collect(store, _clock.now_ms())
+        await load_plugins(ctx, [entry], base_dir=base)
+        rows, problems = await collect(ctx.require(SESSION_STORE), _clock.now_ms())
     finally:
         await ctx.dispose()
     zone, zone_name = resolve_zone(None)
@@ -205,8 +190,6 @@ async def serve_session(ctx: Context, session_id: str, model: str | None, result
     try:
         check_session(agent.session)
         if agent.options.model is None:
-            from dsh.cli import ECHO_MODEL
-
             agent.options.model = ECHO_MODEL
         while True:
             decision = await deliver_once(ctx, agent)
@@ -248,7 +231,7 @@ async def sweep(ctx: Context, model: str | None) -> Pass:
     return result
 
 
-async def run_worker(args: argparse.Namespace) -> int:
+async def run_worker(args: argparse.Namespace, default_entries: DefaultEntries) -> int:
     ctx = Context()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -259,7 +242,7 @@ async def run_worker(args: argparse.Namespace) -> int:
             installed.append(signum)
     failed = 0
     try:
-        await mount_worker(ctx, args)
+        await mount_worker(ctx, args, default_entries)
         while not stop.is_set():
             result = await sweep(ctx, args.model)
             failed += result.failed
@@ -277,7 +260,8 @@ async def run_worker(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-async def run_command(args: argparse.Namespace) -> int:
+async def run_command(args: argparse.Namespace, default_entries: DefaultEntries) -> int:
+    """``dsh reminders``; ``default_entries`` is ``dsh chat``'s default composition (the CLI's)."""
     if args.action == "list":
         return await list_reminders(args)
-    return await run_worker(args)
+    return await run_worker(args, default_entries)

@@ -263,22 +263,6 @@ def _describe(error: jsonschema.exceptions.ValidationError) -> str:
     return f"{path}: {message}"
 
 
-    async def _approval_refusal(self, tool: Tool, call: ToolCall) -> str | None:
-        """Fail closed: a tool that needs approval with no gate mounted does not run."""
-        gate = self.approval_gate
-        if gate is None:
-            if tool.needs_approval:
-                return f'approval unavailable: "{tool.name}" requires approval and no approval service is mounted; the call was not run'
-            return None
-        if not gate.requires(tool):
-            return None
-        try:
-            return await gate.authorize(tool, call)
-        except Exception as exc:
-            _log.debug("approval gate failed for %s", tool.name, exc_info=True)
-            return f'approval unavailable: "{tool.name}" could not be approved ({exc}); the call was not run'
-
-
 def _text(text: str) -> ContentBlock:
     return {"type": "text", "text": text}
 

@@ -144,25 +144,27 @@ async def test_danger_full_access_write_outside_asks_and_fails_closed(make_ws: A
 
 async def test_hostile_arguments(make_ws: Any) -> None:
     ws = await make_ws()
+    # Type and shape errors are the registry's schema check (before the tool runs); the rest are
+    # the tools' own checks of values a schema cannot express.
     checks: list[tuple[str, Any, str]] = [
-        ("read", "not json", "arguments must be a JSON object"),
-        ("read", {"file_path": 7}, "invalid file_path: expected a string, got int"),
+        ("read", "not json", "not valid JSON"),
+        ("read", {"file_path": 7}, "$.file_path: expected string, got integer"),
         ("read", {"file_path": "a\x00b"}, "invalid file_path: contains a NUL byte"),
-        ("read", {"file_path": "x", "offset": "1"}, "invalid offset: expected a number"),
-        ("write", {"file_path": "x"}, "missing required argument content"),
-        ("edit", {"file_path": "x", "old_string": 1, "new_string": "y"}, "invalid old_string"),
+        ("read", {"file_path": "x", "offset": "1"}, "$.offset: expected number, got string"),
+        ("write", {"file_path": "x"}, '$: missing required property "content"'),
+        ("edit", {"file_path": "x", "old_string": 1, "new_string": "y"}, "$.old_string: expected string"),
         ("write", {"file_path": "s.txt", "content": "\ud800"}, "lone surrogate"),
-        ("bash", {"command": 42, "description": "x"}, "invalid command: expected a string, got int"),
+        ("bash", {"command": 42, "description": "x"}, "$.command: expected string, got integer"),
         ("bash", {"command": "  ", "description": "x"}, "invalid command: expected a non-empty string"),
-        ("bash", {"command": "true", "description": "x", "timeoutMs": "5"}, "invalid timeoutMs: expected a number"),
-        ("bash", {"command": "true", "description": "x", "run_in_background": "yes"}, "invalid run_in_background"),
+        ("bash", {"command": "true", "description": "x", "timeoutMs": "5"}, "$.timeoutMs: expected number"),
+        ("bash", {"command": "true", "description": "x", "run_in_background": "yes"}, "$.run_in_background: expected boolean"),
         ("bash", {"command": "true", "description": "x", "workdir": "no/such/dir"}, "is not a directory"),
-        ("glob", {"pattern": ["*"]}, "invalid pattern"),
+        ("glob", {"pattern": ["*"]}, "$.pattern: expected string"),
         ("grep", {"pattern": "x", "path": "a\x00b"}, "contains a NUL byte"),
-        ("job_output", {"job_id": None}, "missing required argument job_id"),
+        ("job_output", {"job_id": None}, "$.job_id: expected string, got null"),
         ("job_kill", {"job_id": "bash-99"}, 'unknown job "bash-99"'),
-        ("todo_write", {"todos": [{"content": "x", "status": "done"}]}, "`status` must be one of"),
-        ("todo_write", {"todos": "all of them"}, "invalid todos"),
+        ("todo_write", {"todos": [{"content": "x", "status": "done"}]}, "$.todos[0].status: 'done' is not one of"),
+        ("todo_write", {"todos": "all of them"}, "$.todos: expected array"),
     ]
     for name, args, message in checks:
         result = await ws.run(name, args)

@@ -1,0 +1,1 @@
+"""``dsh acp``: the Agent Client Protocol front end (see README.md)."""

@@ -1,0 +1,384 @@
+"""``dsh acp``: an Agent Client Protocol (v1) agent on stdio, one dsh agent per ACP session.
+
+Owns the ACP method handlers (``initialize``, ``session/new``, ``session/load``,
+``session/resume``, ``session/list``, ``session/prompt``, ``session/cancel``), the ordered stream
+of ``session/update`` notifications fed by the ``session/event`` bus, the per-session MCP servers
+the client passes, and the approval asker (:mod:`.permissions`). Everything else is the ordinary
+composition of ``dsh chat`` (model, tools, time-context, store) on one :class:`Context`: each ACP
+session is an agent whose id is its session id, on a durable session whose ``cwd`` is the client's
+``cwd`` (the workspace of the workspace tools).
+
+Errors a client can cause get a JSON-RPC error with a message saying what was wrong, and the
+process keeps serving: an unknown session, a second prompt while one runs, an unsupported
+content block, a session held by another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import logging
+import os
+import signal
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from acp import PROTOCOL_VERSION, schema
+from acp.agent.connection import AgentSideConnection
+from acp.exceptions import RequestError
+from acp.interfaces import Agent as AcpAgent
+
+from dsh.agent.agent import Agent
+from dsh.apps.acp.mapping import Update, invalid_params, prompt_content, stop_reason, updates_for
+from dsh.apps.acp.permissions import ClientAsker
+from dsh.apps.acp.replay import replay
+from dsh.apps.acp.wire import StdioTransport, claim_stdout
+from dsh.persistence.base import StoreError
+from dsh.runtime import Context
+from dsh.session import Event, Session
+
+__all__ = ["AcpOptions", "DshAcpAgent", "serve"]
+
+log = logging.getLogger("dsh.acp")
+
+LIST_PAGE = 100
+
+
+@dataclass
+class AcpOptions:
+    model: str | None = None
+    """The model of new sessions; loaded sessions keep their recorded one unless this is set."""
+    default_model: str = "mock-echo"
+    permission_timeout: float = 600.0
+    """Seconds to wait for the client's answer to a permission request before refusing."""
+
+
+@dataclass
+class _AcpSession:
+    agent: Agent
+    cwd: str | None
+    tool_names: dict[str, str] = field(default_factory=dict)
+    prompting: bool = False
+    first_turn: int = 0
+    reason: dict[str, Any] | None = None
+    last_finish: str | None = None
+    mcp: list[Any] = field(default_factory=list)
+
+
+def _cwd(session: Session) -> str | None:
+    cwd = session.header.get("cwd")
+    return cwd if isinstance(cwd, str) else None
+
+
+def _unknown(session_id: str) -> RequestError:
+    return invalid_params(f'unknown session "{session_id}": create it with session/new or load it with session/load')
+
+
+class DshAcpAgent:
+    """The ACP agent (the ``acp.Agent`` protocol) over one dsh :class:`Context`."""
+
+    def __init__(self, ctx: Context, options: AcpOptions, transport: StdioTransport | None = None) -> None:
+        self.ctx = ctx
+        self.transport = transport
+        self.options = options
+        self.client: AgentSideConnection | None = None
+        self.sessions: dict[str, _AcpSession] = {}
+        # One ordered outbox: updates leave in the order their events were appended.
+        self._outbox: asyncio.Queue[tuple[str, Update] | asyncio.Future[None]] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
+        ctx.defer(ctx.on("session/event", self._on_event))
+
+    # -- connection --------------------------------------------------------------------------
+
+    def on_connect(self, conn: AgentSideConnection) -> None:
+        self.client = conn
+        approval = self.ctx.get("approval")
+        if approval is not None:
+            asker = ClientAsker(conn, self._session_of, timeout=self.options.permission_timeout)
+            self.ctx.defer(approval.set_asker(asker))
+        self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+
+    def _session_of(self, agent: Any) -> tuple[str, str | None] | None:
+        session = getattr(agent, "session", None)
+        state = self.sessions.get(getattr(session, "id", ""))
+        return (state.agent.session.id, state.cwd) if state is not None else None
+
+    async def _send_loop(self) -> None:
+        while True:
+            item = await self._outbox.get()
+            if isinstance(item, asyncio.Future):
+                if not item.done():
+                    item.set_result(None)
+                continue
+            session_id, update = item
+            if self.client is None:
+                continue
+            try:
+                await self.client.session_update(session_id, update)
+            except Exception as exc:
+                log.debug("acp: session/update not delivered: %s", exc)
+
+    async def _drained(self) -> None:
+        """Wait until everything queued so far has been sent."""
+        marker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._outbox.put_nowait(marker)
+        await marker
+
+    def _on_event(self, session: Session, event: Event) -> None:
+        state = self.sessions.get(session.id)
+        if state is None:
+            return
+        data = event.data
+        if event.type == "assistant/chunk":
+            chunk = data.get("chunk")
+            if isinstance(chunk, dict) and chunk.get("type") == "finish":
+                reason = chunk.get("reason")
+                state.last_finish = str(reason.get("kind")) if isinstance(reason, dict) else None
+        elif event.type == "turn/end" and state.prompting and int(data.get("turn", 0)) >= state.first_turn:
+            reason = data.get("reason")
+            state.reason = reason if isinstance(reason, dict) else {"kind": "completed"}
+        for update in updates_for(event.type, data, cwd=state.cwd, tool_names=state.tool_names, replay=False):
+            self._outbox.put_nowait((session.id, update))
+
+    # -- methods -----------------------------------------------------------------------------
+
+    async def initialize(
+        self,
+        protocol_version: int,
+        client_capabilities: schema.ClientCapabilities | None = None,
+        client_info: schema.Implementation | None = None,
+        **kwargs: Any,
+    ) -> schema.InitializeResponse:
+        try:
+            version = importlib.metadata.version("dsh")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        return schema.InitializeResponse(
+            protocol_version=min(protocol_version, PROTOCOL_VERSION),
+            agent_capabilities=schema.AgentCapabilities(
+                load_session=True,
+                prompt_capabilities=schema.PromptCapabilities(image=False, audio=False, embedded_context=True),
+                mcp_capabilities=schema.McpCapabilities(http=True, sse=False),
+                session_capabilities=schema.SessionCapabilities(
+                    list=schema.SessionListCapabilities(), resume=schema.SessionResumeCapabilities()
+                ),
+            ),
+            agent_info=schema.Implementation(name="dsh", title="dsh", version=version),
+            auth_methods=[],
+        )
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> schema.AuthenticateResponse | None:
+        return schema.AuthenticateResponse()
+
+    async def new_session(
+        self,
+        cwd: str,
+        additional_directories: list[str] | None = None,
+        mcp_servers: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> schema.NewSessionResponse:
+        _check_cwd(cwd)
+        configs = [_mcp_config(s) for s in mcp_servers or ()]  # refused before anything exists
+        session_id = f"main-session-{uuid.uuid4()}"
+        model = self.options.model or self.options.default_model
+        agent = self.ctx.agent_loop.create(session_id, model=model, cwd=cwd, session_id=session_id)
+        state = self.sessions[session_id] = _AcpSession(agent, cwd)
+        await self._connect_mcp(state, configs)
+        log.info("acp: new session %s in %s", session_id, cwd)
+        return schema.NewSessionResponse(session_id=session_id)
+
+    async def load_session(
+        self,
+        cwd: str,
+        session_id: str,
+        mcp_servers: Sequence[Any] | None = None,
+        additional_directories: list[str] | None = None,
+        **kwargs: Any,
+    ) -> schema.LoadSessionResponse:
+        state = await self._open(cwd, session_id, mcp_servers)
+        client = self.client
+        if client is not None:
+            # Straight to the client, in order, before the response; nothing else runs on an
+            # idle session meanwhile.
+            await self._drained()
+
+            async def send(update: Update) -> None:
+                await client.session_update(session_id, update)
+
+            transport = self.transport
+            send_raw = None
+            if transport is not None:
+
+                def send_raw(update: dict[str, Any]) -> None:
+                    params = {"sessionId": session_id, "update": update}
+                    transport.write({"jsonrpc": "2.0", "method": "session/update", "params": params})
+
+            names: dict[str, str] = {}
+            events = list(state.agent.session.events)
+            if transport is None:
+                await replay(events, send, cwd=state.cwd, tool_names=names)
+            else:
+                with transport.batched():
+                    await replay(events, send, cwd=state.cwd, tool_names=names, send_raw=send_raw)
+            state.tool_names.update(names)
+        return schema.LoadSessionResponse()
+
+    async def resume_session(
+        self,
+        session_id: str,
+        cwd: str,
+        additional_directories: list[str] | None = None,
+        mcp_servers: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> schema.ResumeSessionResponse:
+        await self._open(cwd, session_id, mcp_servers)
+        return schema.ResumeSessionResponse()
+
+    async def _open(self, cwd: str, session_id: str, mcp_servers: Sequence[Any] | None) -> _AcpSession:
+        _check_cwd(cwd)
+        configs = [_mcp_config(s) for s in mcp_servers or ()]
+        state = self.sessions.get(session_id)
+        if state is not None:
+            if state.prompting:
+                raise RequestError(-32600, f'session "{session_id}" is running a prompt; cancel it first')
+            return state
+        try:
+            agent = await self.ctx.agent_loop.resume(session_id, session_id, model=self.options.model)
+        except StoreError as exc:
+            raise invalid_params(f'cannot load session "{session_id}": {exc}') from None
+        except ValueError as exc:
+            raise invalid_params(f'cannot load session "{session_id}": {exc}') from None
+        if agent.options.model is None:
+            agent.options.model = self.options.default_model
+        stored_cwd = _cwd(agent.session)
+        if stored_cwd and stored_cwd != cwd:
+            log.info("acp: session %s keeps its recorded workspace %s (client sent %s)", session_id, stored_cwd, cwd)
+        state = self.sessions[session_id] = _AcpSession(agent, stored_cwd or cwd)
+        await self._connect_mcp(state, configs)
+        return state
+
+    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any) -> schema.ListSessionsResponse:
+        store = self.ctx.get("session_store")
+        if store is None:
+            return schema.ListSessionsResponse(sessions=[])
+        try:
+            start = int(cursor) if cursor else 0
+        except ValueError:
+            raise invalid_params(f'bad cursor "{cursor}": pass the nextCursor of the previous page') from None
+        infos = [i for i in await store.list() if cwd is None or i.header.get("cwd") == cwd]
+        page = infos[start : start + LIST_PAGE]
+        sessions = []
+        for info in page:
+            updated = info.modified_ms or info.created_at
+            sessions.append(
+                schema.SessionInfo(
+                    session_id=info.id,
+                    cwd=str(info.header.get("cwd") or ""),
+                    updated_at=datetime.fromtimestamp(updated / 1000, UTC).isoformat().replace("+00:00", "Z"),
+                )
+            )
+        more = start + LIST_PAGE < len(infos)
+        return schema.ListSessionsResponse(sessions=sessions, next_cursor=str(start + LIST_PAGE) if more else None)
+
+    async def prompt(self, session_id: str, prompt: Sequence[Any], **kwargs: Any) -> schema.PromptResponse:
+        state = self.sessions.get(session_id)
+        if state is None:
+            raise _unknown(session_id)
+        if state.prompting:
+            raise RequestError(
+                -32600, f'session "{session_id}" is already running a prompt; wait for its response or send session/cancel'
+            )
+        content = prompt_content(prompt)
+        agent = state.agent
+        if agent.disposed:
+            raise invalid_params(f'session "{session_id}" is closed')
+        state.prompting, state.reason, state.last_finish = True, None, None
+        state.first_turn = agent.session.last_turn + 1
+        try:
+            agent.send(content)
+            await agent.when_idle()
+            await self._drained()
+        finally:
+            state.prompting = False
+        if state.reason is None:
+            raise RequestError(-32603, "the turn did not start (see the agent's log on stderr)")
+        return schema.PromptResponse(stop_reason=stop_reason(state.reason, state.last_finish))
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        state = self.sessions.get(session_id)
+        if state is None:
+            log.warning('acp: session/cancel for unknown session "%s"', session_id)
+            return
+        state.agent.cancel("cancelled by the client")
+
+    # -- MCP ---------------------------------------------------------------------------------
+
+    async def _connect_mcp(self, state: _AcpSession, configs: Sequence[dict[str, Any]]) -> None:
+        from dsh.plugins.mcp import plugin as mcp_plugin
+
+        for config in configs:
+            try:
+                state.mcp.append(await self.ctx.plugin(mcp_plugin, config))
+            except Exception as exc:
+                # The session works without that server, as dsh chat does with a broken .mcp.json entry.
+                log.warning('acp: MCP server "%s" not connected: %s', config.get("serverName"), exc)
+
+    async def close(self) -> None:
+        if self._sender is not None:
+            self._sender.cancel()
+
+
+def _check_cwd(cwd: str) -> None:
+    if not os.path.isabs(cwd):
+        raise invalid_params(f'cwd must be an absolute path, got "{cwd}"')
+    if not os.path.isdir(cwd):
+        raise invalid_params(f'cwd "{cwd}" is not a folder')
+
+
+def _mcp_config(server: Any) -> dict[str, Any]:
+    """An ACP ``mcpServers`` entry as the ``mcp`` plugin's config."""
+    if isinstance(server, schema.McpServerStdio):
+        return {
+            "serverName": server.name,
+            "command": server.command,
+            "args": list(server.args),
+            "env": {e.name: e.value for e in server.env},
+        }
+    if isinstance(server, schema.HttpMcpServer):
+        return {"serverName": server.name, "url": server.url, "headers": {h.name: h.value for h in server.headers}}
+    kind = getattr(server, "type", type(server).__name__)
+    raise invalid_params(f'MCP server "{getattr(server, "name", "?")}": transport "{kind}" is not supported (stdio and http are)')
+
+
+async def serve(ctx: Context, options: AcpOptions) -> None:
+    """Serve ACP on this process's stdin/stdout until the client closes stdin."""
+    out = claim_stdout()
+    transport = StdioTransport(out)
+    agent = DshAcpAgent(ctx, options, transport)
+    # use_unstable_protocol: session/resume is routed only then; the unstable methods dsh does not
+    # implement (fork, close, ...) still answer "Method not found".
+    conn = AgentSideConnection(cast(AcpAgent, agent), transport, listening=False, use_unstable_protocol=True)
+    listening = asyncio.ensure_future(conn.listen())
+    loop = asyncio.get_running_loop()
+    handled = []
+    # An editor stops its agent with SIGTERM (or SIGINT): leave like at end of input, so running
+    # turns end "aborted" and every session is flushed, instead of leaving them to crash repair.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, listening.cancel)
+            handled.append(signum)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await listening
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+        await agent.close()
+        for state in agent.sessions.values():
+            if state.agent.status == "running":
+                state.agent.cancel("dsh acp stopped (end of input or a signal)")
+        await asyncio.shield(conn.close())
