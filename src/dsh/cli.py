@@ -1,7 +1,7 @@
-"""The ``dsh`` command line: ``dsh chat`` and ``dsh sessions``.
+"""The ``dsh`` command line: ``dsh chat``, ``dsh run`` and ``dsh sessions``.
 
 Owns argument parsing, the built-in default composition (``mock-echo`` or ``openai-llm``,
-``echo-tool``, ``time-context``, JSONL sessions under ``./.sessions``, ``stdio-app``), choosing a
+``echo-tool``, ``time-context``, JSONL sessions under ``$DSH_HOME/sessions``, ``stdio-app``), choosing a
 session store for the ``sessions`` commands, and turning every error a person can cause into
 one line on stderr: exit 2 for usage and configuration errors, 1 for runtime failures, never a
 traceback unless ``--debug``.
@@ -24,9 +24,10 @@ from typing import Any, NoReturn
 import msgspec
 
 from dsh import _zones
-from dsh.apps import pipes
+from dsh.apps import pipes, salvage, session_ids
 from dsh.apps import sessions as sessions_view
 from dsh.apps.escape import escape_controls
+from dsh.apps.home import PATH_KEYS, default_root, resolve_config_paths
 from dsh.apps.store_check import StoreUnwritable
 from dsh.persistence.base import SessionStore, StoreError
 from dsh.runtime import ConfigError, Context
@@ -34,7 +35,7 @@ from dsh.runtime.loader import LoadError, PluginEntry, load_config_file, load_pl
 
 log = logging.getLogger("dsh")
 
-DEFAULT_ROOT = "./.sessions"
+DEFAULT_ROOT_HELP = "$DSH_HOME/sessions; DSH_HOME defaults to ${XDG_DATA_HOME:-~/.local/share}/dsh"
 ECHO_MODEL = "mock-echo"
 APP_NAMES = frozenset({"stdio-app", "dsh.apps.stdio"})
 STORE_NAMES = {
@@ -59,13 +60,40 @@ class _Parser(argparse.ArgumentParser):
 # -- parsing ---------------------------------------------------------------------------------
 
 
+DEBUG_HELP = "show tracebacks and debug logs on stderr"
+
+
+def _store_flags(group: argparse._ArgumentGroup) -> None:
+    """The store flags every command shares (one definition, so help and checks agree)."""
+    group.add_argument("--store", choices=["jsonl", "sqlite", "postgres"], help="session store kind (default: jsonl)")
+    group.add_argument("--root", metavar="DIR", help=f"JSONL sessions folder (default: {DEFAULT_ROOT_HELP})")
+    group.add_argument("--sqlite", metavar="FILE", help="SQLite database file (with --store sqlite)")
+    group.add_argument("--dsn", metavar="URL", help="PostgreSQL URL (with --store postgres; default $DSH_DATABASE_URL)")
+
+
 def _store_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("session store")
-    group.add_argument("--store", choices=["jsonl", "sqlite", "postgres"], help="store kind (default: jsonl)")
-    group.add_argument("--root", help=f"JSONL sessions folder (default: {DEFAULT_ROOT})")
-    group.add_argument("--sqlite", metavar="FILE", help="SQLite database file (with --store sqlite)")
-    group.add_argument("--dsn", help="PostgreSQL URL (with --store postgres; default $DSH_DATABASE_URL)")
+    _store_flags(group)
     group.add_argument("--config", metavar="FILE", help="use the store a YAML composition mounts")
+
+
+def _agent_options(parser: argparse.ArgumentParser) -> None:
+    """The model, session and store options ``dsh chat`` and ``dsh run`` share."""
+    parser.add_argument("--config", metavar="FILE", help="YAML plugin composition (relative paths in it resolve against its folder)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--resume", metavar="SESSION_ID", help="continue a stored session (any unique id prefix)")
+    which.add_argument("--continue", dest="continue_", action="store_true", help="continue the newest session of this folder")
+    parser.add_argument("--model", metavar="NAME", help="model name (default: mock-echo, keyless)")
+    parser.add_argument("--base-url", metavar="URL", help="any OpenAI-compatible endpoint")
+    parser.add_argument(
+        "--timeout", type=float, metavar="SECONDS",
+        help="end the turn with an error when the model sends nothing for this long (default 120)",
+    )
+    system = parser.add_mutually_exclusive_group()
+    system.add_argument("--system", metavar="TEXT", help="replace the default system prompt with TEXT")
+    system.add_argument("--system-file", metavar="FILE", help="replace the default system prompt with FILE's text")
+    _store_flags(parser.add_argument_group("session store"))
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
 
 
 def version_text() -> str:
@@ -89,54 +117,56 @@ class _VersionAction(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="dsh", description="Agents whose history is a durable, time-aware event log.")
-    parser.add_argument("--version", action=_VersionAction, help="dsh, Python and zone data versions")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = _Parser(
+        prog="dsh",
+        description="Agents whose history is a durable, time-aware event log.",
+        epilog="Run 'dsh COMMAND --help' for a command's options. Bare 'dsh' prints this and exits 2.",
+    )
+    parser.add_argument("--version", action=_VersionAction, help="print the dsh, Python and zone data versions")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     chat = commands.add_parser("chat", help="talk to an agent over stdin/stdout")
-    chat.add_argument("--config", metavar="FILE", help="YAML plugin composition")
-    which = chat.add_mutually_exclusive_group()
-    which.add_argument("--resume", metavar="SESSION_ID", help="continue a stored session")
-    which.add_argument("--continue", dest="continue_", action="store_true", help="continue the newest session of this folder")
-    chat.add_argument("--model", help="model name (default: mock-echo, keyless)")
-    chat.add_argument("--base-url", help="any OpenAI-compatible endpoint")
-    chat.add_argument(
-        "--timeout", type=float, metavar="SECONDS",
-        help="end the turn with an error when the model sends nothing for this long (default 120)",
-    )
+    _agent_options(chat)
     chat.add_argument("--plain", action="store_true", help="plain transcript, no colour or line editing")
-    chat.add_argument("--store", choices=["jsonl", "sqlite", "postgres"], help="session store (default: jsonl)")
-    chat.add_argument("--root", help=f"JSONL sessions folder (default: {DEFAULT_ROOT})")
-    chat.add_argument("--sqlite", metavar="FILE", help="SQLite database file (with --store sqlite)")
-    chat.add_argument("--dsn", help="PostgreSQL URL (with --store postgres)")
-    chat.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
 
-    sessions = commands.add_parser("sessions", help="inspect stored sessions")
-    sub = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    listing = sub.add_parser("list", help="sessions, newest first")
-    listing.add_argument("--json", action="store_true")
-    listing.add_argument("--limit", type=int)
+    run = commands.add_parser("run", help="run one turn and print the final reply (for scripts)")
+    run.add_argument("prompt", metavar="PROMPT", help="the prompt; - reads it from stdin")
+    _agent_options(run)
+    run.add_argument(
+        "--output-format", choices=["text", "json", "stream-json"], default="text",
+        help="text: the final reply; json: one object with text, sessionId, reason, usage, model; "
+        "stream-json: each durable event as one JSON line as it is appended",
+    )
+
+    sessions = commands.add_parser("sessions", help="inspect, export, import and salvage stored sessions")
+    sub = sessions.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=_Parser)
+    listing = sub.add_parser("list", help="this folder's sessions, newest first")
+    listing.add_argument("--all", action="store_true", help="sessions of every folder")
+    listing.add_argument("--json", action="store_true", help="one JSON array")
+    listing.add_argument("--limit", type=int, metavar="N", help="at most N sessions")
     show = sub.add_parser("show", help="the transcript as the model saw it")
-    show.add_argument("id")
+    show.add_argument("id", metavar="ID", help="session id (any unique prefix)")
     show.add_argument("--events", action="store_true", help="every raw event")
     show.add_argument("--json", action="store_true", help="the durable log verbatim")
     show.add_argument("--follow", action="store_true", help="keep printing events as they are appended")
     requests = sub.add_parser("requests", help="rebuild each model request from the log alone")
-    requests.add_argument("id")
-    requests.add_argument("--step", metavar="TURN.STEP")
-    requests.add_argument("--json", action="store_true")
+    requests.add_argument("id", metavar="ID", help="session id (any unique prefix)")
+    requests.add_argument("--step", metavar="TURN.STEP", help="only this step (e.g. 2.1)")
+    requests.add_argument("--json", action="store_true", help="a JSON array, written one request at a time")
     remove = sub.add_parser("rm", help="delete a session")
-    remove.add_argument("id")
+    remove.add_argument("id", metavar="ID", help="session id (any unique prefix)")
     remove.add_argument("--yes", action="store_true", help="do not ask")
     export = sub.add_parser("export", help="write a session as JSONL (format v0)")
-    export.add_argument("id")
-    export.add_argument("-o", "--output", metavar="FILE")
-    importing = sub.add_parser("import", help="store a JSONL session log")
-    importing.add_argument("file")
-    for sub_parser in (listing, show, requests, remove, export, importing):
+    export.add_argument("id", metavar="ID", help="session id (any unique prefix)")
+    export.add_argument("-o", "--output", metavar="FILE", help="write to FILE (0600) instead of stdout")
+    importing = sub.add_parser("import", help="store a JSONL session log (a torn tail is repaired as load does)")
+    importing.add_argument("file", metavar="FILE", help="a JSONL v0 session log")
+    salvage = sub.add_parser("salvage", help="copy the longest valid committed prefix of a corrupt session into a new one")
+    salvage.add_argument("id", metavar="ID", help="session id (any unique prefix); the original is never modified")
+    for sub_parser in (listing, show, requests, remove, export, importing, salvage):
         _store_options(sub_parser)
-        sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+        sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
 
 
@@ -162,8 +192,9 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
     else:
         # userText: the mock answers what was typed, not the time reading (see dsh.llm.echo).
         llm = PluginEntry(id="llm", name="echo-llm", config={"answer": "userText"})
-    app: dict[str, Any] = {"model": model, "persistenceRoot": args.root or DEFAULT_ROOT}
+    app: dict[str, Any] = {"model": model, "persistenceRoot": args.root or str(default_root())}
     app.update(_store_config(args))
+    app.update(_system_config(args))
     if args.resume:
         app["resumeSessionId"] = args.resume
     return [
@@ -172,6 +203,30 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         PluginEntry(id="time-context", name="time-context"),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),
+    ]
+
+
+def _system_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--system TEXT`` / ``--system-file FILE``: the app's ``systemPrompt``."""
+    if getattr(args, "system", None) is not None:
+        return {"systemPrompt": args.system}
+    path = getattr(args, "system_file", None)
+    if path is None:
+        return {}
+    try:
+        return {"systemPrompt": Path(path).read_text(encoding="utf-8")}
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise UsageError(f"cannot read --system-file {path}: {reason}") from None
+
+
+def _with_config_paths(entries: list[PluginEntry], base: Path) -> list[PluginEntry]:
+    """Relative paths in a config (persistenceRoot, sqlitePath, root, ...) name places next to
+    the config file, as its ``.py`` plugin names do, not next to wherever dsh was started."""
+    return [
+        PluginEntry(e.id, e.name, resolve_config_paths(e.name, e.config, base), e.disabled, e.line)
+        if e.name in PATH_KEYS else e
+        for e in entries
     ]
 
 
@@ -235,7 +290,8 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     path = Path(args.config)
     if not path.is_file():
         raise UsageError(f"config file {args.config} not found")
-    entries = _apply_timeout(args, load_config_file(path))
+    base = path.resolve().parent
+    entries = _apply_timeout(args, _with_config_paths(load_config_file(path), base))
     if args.base_url:
         # The composition's model plugin has its own endpoint; quietly keeping it would be a lie.
         raise UsageError("--base-url only applies without --config; set baseURL in the config's openai-llm entry")
@@ -244,7 +300,7 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     apps = [e for e in entries if e.name in APP_NAMES and not e.disabled]
     if not apps:
         # Load anyway: a broken entry deserves its own error before "no app" is reported.
-        return entries, path.resolve().parent
+        return entries, base
     app = apps[0]
     config = dict(app.config or {})
     if args.model:
@@ -252,13 +308,14 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     if args.root:
         config["persistenceRoot"] = args.root
     config.update(_store_config(args))
+    config.update(_system_config(args))
     if args.resume:
         config["resumeSessionId"] = args.resume
     patched = PluginEntry(app.id, app.name, config, app.disabled, app.line)
     # Stores load before the app, so it uses the composition's store instead of its default.
     ordered = [e for e in entries if e.name in STORE_NAMES] + _store_entries(args)
     ordered += [patched if e is app else e for e in entries if e.name not in STORE_NAMES]
-    return ordered, path.resolve().parent
+    return ordered, base
 
 
 # -- stores ----------------------------------------------------------------------------------
@@ -270,14 +327,15 @@ async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
     kind, root, sqlite = args.store, args.root, args.sqlite
     entry: PluginEntry | None = None
     if getattr(args, "config", None) and not kind:
-        entries = [e for e in load_config_file(args.config) if not e.disabled]
+        base = Path(args.config).resolve().parent
+        entries = [e for e in _with_config_paths(load_config_file(args.config), base) if not e.disabled]
         stores = [e for e in entries if e.name in STORE_NAMES]
         apps = [e for e in entries if e.name in APP_NAMES]
         if stores:
             entry = stores[-1]
             check_store_flags(None, args, mounted=entry.id)
         elif apps:
-            # The app's own store, with its paths resolved as the app resolves them (cwd).
+            # The app's own store, its paths resolved against the config's folder.
             app = apps[0].config or {}
             kind = app.get("store", "jsonl")
             root = root or app.get("persistenceRoot")
@@ -285,7 +343,7 @@ async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
     if entry is None:
         kind = kind or "jsonl"
         check_store_flags(kind, args)
-        folder = Path(root or DEFAULT_ROOT).expanduser().resolve()
+        folder = Path(root).expanduser().resolve() if root else default_root()
         if kind == "jsonl":
             entry = PluginEntry("store", "jsonl-sessions", {"root": str(folder)})
         elif kind == "sqlite":
@@ -293,8 +351,8 @@ async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
             entry = PluginEntry("store", "sqlite-sessions", {"path": str(path)})
         else:
             entry = PluginEntry("store", "postgres-sessions", {"dsn": args.dsn} if args.dsn else {})
-    base = Path(args.config).resolve().parent if getattr(args, "config", None) else None
-    await load_plugins(ctx, [entry], base_dir=base)
+    config_dir = Path(args.config).resolve().parent if getattr(args, "config", None) else None
+    await load_plugins(ctx, [entry], base_dir=config_dir)
     store: SessionStore = ctx.session_store
     return store, ctx
 
@@ -342,9 +400,22 @@ def _unserved(args: argparse.Namespace, model: str) -> str:
     )
 
 
-async def cmd_chat(args: argparse.Namespace) -> int:
+async def resolve_session(args: argparse.Namespace, text: str) -> str:
+    """The full id a typed (possibly prefix) id names in the chosen store."""
+    store, ctx = await open_store(args)
+    try:
+        return await session_ids.resolve(store, text)
+    finally:
+        await ctx.dispose()
+
+
+async def prepare_agent(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | None, str | None]:
+    """``dsh chat``/``dsh run``: which session to continue and with which model, then the
+    entries to load. Returns the entries, their base folder and the recorded model to check."""
     if args.continue_:
         args.resume = await newest_session_here(args)
+    elif args.resume:
+        args.resume = await resolve_session(args, args.resume)
     recorded: str | None = None
     if args.resume and not args.model:
         # Resume continues with the model the session last used; the endpoint comes from the
@@ -356,18 +427,29 @@ async def cmd_chat(args: argparse.Namespace) -> int:
         if recorded is not None and not args.config and not args.base_url and not known:
             raise UsageError(_unserved(args, recorded))
     entries, base_dir = composition(args)
+    return entries, base_dir, recorded
+
+
+async def load_app(ctx: Context, args: argparse.Namespace) -> Any:
+    """Load ``dsh chat``'s composition into ``ctx`` and return its running stdio app."""
+    entries, base_dir, recorded = await prepare_agent(args)
+    await load_plugins(ctx, entries, base_dir=base_dir)
+    app = ctx.get("stdio_app")
+    if app is None:
+        raise UsageError(
+            "the composition has no running stdio-app entry"
+            if args.config
+            else "the stdio app did not start (is a dependency missing?)"
+        )
+    if recorded is not None and not ctx.llm.has_model(recorded):
+        raise UsageError(_unserved(args, recorded))
+    return app
+
+
+async def cmd_chat(args: argparse.Namespace) -> int:
     ctx = Context()
     try:
-        await load_plugins(ctx, entries, base_dir=base_dir)
-        app = ctx.get("stdio_app")
-        if app is None:
-            raise UsageError(
-                "the composition has no running stdio-app entry"
-                if args.config
-                else "the stdio app did not start (is a dependency missing?)"
-            )
-        if recorded is not None and not ctx.llm.has_model(recorded):
-            raise UsageError(_unserved(args, recorded))
+        app = await load_app(ctx, args)
         loop = asyncio.get_running_loop()
         stop = _install_signal_handlers(loop, app)
         try:
@@ -412,9 +494,13 @@ def _install_signal_handlers(loop: asyncio.AbstractEventLoop, app: Any) -> Any:
 
 async def cmd_sessions(args: argparse.Namespace) -> int:
     if args.action == "import":
-        return await sessions_view.import_file(args)
+        return await salvage.import_file(args)
     store, ctx = await open_store(args)
     try:
+        if getattr(args, "id", None):
+            args.id = await session_ids.resolve(store, args.id)
+        if args.action == "salvage":
+            return await salvage.salvage(store, args)
         if args.action == "list":
             return await sessions_view.list_sessions(store, args)
         if args.action == "show":
@@ -446,8 +532,8 @@ def _configure_logging(debug: bool) -> None:
             logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
+def _one_line(exc: BaseException | str) -> str:
+    text = exc if isinstance(exc, str) else str(exc) or type(exc).__name__
     return escape_controls(" ".join(line.strip() for line in text.splitlines() if line.strip()))
 
 
@@ -455,9 +541,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     _configure_logging(debug)
+    args: argparse.Namespace | None = None
     try:
-        args = build_parser().parse_args(argv)
-        runner = cmd_chat if args.command == "chat" else cmd_sessions
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            # Bare ``dsh``: the usage, and exit 2 as for any other missing argument.
+            parser.print_help(sys.stderr)
+            return 2
+        if args.command == "run":
+            from dsh.apps.run import cmd_run
+
+            runner = cmd_run
+        else:
+            runner = cmd_chat if args.command == "chat" else cmd_sessions
         try:
             status = asyncio.run(runner(args))
             sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
@@ -470,7 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if isinstance(exc.__cause__, StoreUnwritable):
                 raise UsageError(str(exc.__cause__)) from None
             raise
-    except (UsageError, LoadError, ConfigError, msgspec.ValidationError) as exc:
+    except (UsageError, LoadError, ConfigError, msgspec.ValidationError, session_ids.AmbiguousId) as exc:
         if debug:
             raise
         print(f"dsh: {_one_line(exc)}", file=sys.stderr)
@@ -478,7 +575,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as exc:
         if debug:
             raise
-        print(f"dsh: {_one_line(exc)}", file=sys.stderr)
+        named = getattr(args, "id", None) or getattr(args, "resume", None)
+        print(f"dsh: {_one_line(salvage.explain(exc, named))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

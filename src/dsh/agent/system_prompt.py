@@ -16,6 +16,7 @@ from dsh.runtime import Context
 name = "system-prompt"
 
 IDENTITY_TEXT = "You are an AI agent powered by the DeepSeek Harness SDK."
+IDENTITY_ID = "harness:identity"
 _VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*\}\}")
 
 
@@ -48,6 +49,10 @@ class SystemPrompt:
 
         return remove
 
+    def remove_section(self, id: str) -> bool:
+        """Drop section ``id`` (e.g. the identity line, replaced by a deployment's own prompt)."""
+        return self._sections.pop(id, None) is not None
+
     def sections(self) -> list[Section]:
         return sorted(self._sections.values(), key=lambda s: s.order)
 
@@ -77,5 +82,5 @@ def _substitute(section: Section, variables: Mapping[str, str | None]) -> str:
 
 def apply(ctx: Context, config: object = None) -> None:
     prompt = SystemPrompt()
-    prompt.add_section("harness:identity", IDENTITY_TEXT, order=-100)
+    prompt.add_section(IDENTITY_ID, IDENTITY_TEXT, order=-100)
     ctx.provide("system_prompt", prompt)
