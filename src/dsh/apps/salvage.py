@@ -63,7 +63,7 @@ def repaired_events(raw: bytes, where: str) -> tuple[dict[str, Any], list[Event]
     if dropped:
         notes.append(f"dropped a torn tail of {dropped} bytes")
     if closers:
-        notes.append(f"closed the interrupted turn with {len(closers)} events")
+        notes.append(f"closed the interrupted turn ({len(closers)} closing events)")
     return header, events + closers, f"; repaired: {', '.join(notes)}" if notes else ""
 
 
