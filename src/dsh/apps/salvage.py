@@ -1,6 +1,6 @@
 """``dsh sessions import`` and ``dsh sessions salvage``, and how corrupt logs are reported.
 
-- ``import FILE`` checks the file with the store's own public scan (:func:`scan_event_lines`,
+- ``import FILE`` (exit 2 for a file that is not a session log) checks the file with the store's own public scan (:func:`scan_event_lines`,
   :func:`restore_log`) and repairs it exactly as loading in place would: a torn last line is
   dropped and an open turn is closed with the crash closers. An empty file, a header-less file
   or a file with no complete event is refused with one line saying so.
@@ -84,7 +84,10 @@ async def import_file(args: argparse.Namespace) -> int:
             raw = handle.read()
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
-    header, events, note = repaired_events(raw, args.file)
+    try:
+        header, events, note = repaired_events(raw, args.file)
+    except Refused as exc:  # the wrong file was given: a usage error (exit 2)
+        raise UsageError(str(exc)) from None
     store, ctx = await open_store(args)
     try:
         await write_session(store, header, events)
