@@ -276,7 +276,9 @@ def write_composition(
         "  config:\n"
         "    model: slow\n"
         f"    store: {store}\n"
-        f"    welcome: {WELCOME}\n",
+        f"    welcome: {WELCOME}\n"
+        # A project-local store next to the config (relative paths resolve against its folder).
+        "    persistenceRoot: ./.sessions\n",
         encoding="utf-8",
     )
     return config
