@@ -1,10 +1,11 @@
-"""The ``dsh`` command line: ``dsh chat``, ``dsh sessions``, ``dsh mcp`` and ``dsh reminders``.
+"""The ``dsh`` command line: ``dsh chat``, ``dsh run``, ``dsh sessions``, ``dsh acp``, ``dsh mcp``
+and ``dsh reminders``.
 
 Owns argument parsing, the built-in default composition (``mock-echo`` or ``openai-llm``,
-``echo-tool``, MCP discovery (``mcp`` with ``discover: true``), ``time-context``, ``schedule``,
-JSONL sessions, ``stdio-app``), choosing a session store for the ``sessions`` commands, and
-turning every error a person can cause into one line on stderr: exit 2 for usage and
-configuration errors, 1 for runtime failures, never a traceback unless ``--debug``.
+``echo-tool``, the workspace tools, MCP discovery, ``time-context``, ``schedule``, JSONL sessions
+under ``$DSH_HOME/sessions``, ``stdio-app``), and turning every error a person can cause into one
+line on stderr: exit 2 for usage and configuration errors, 1 for runtime failures, never a
+traceback unless ``--debug``.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from typing import Any, NoReturn
 import msgspec
 
 from dsh import _zones
-from dsh.apps import mcp_cmd, pipes
+from dsh.apps import mcp_cmd, pipes, salvage, session_ids
 from dsh.apps import sessions as sessions_view
 from dsh.apps.escape import escape_controls
+from dsh.apps.home import default_root
 from dsh.apps.store_check import StoreUnwritable
-from dsh.compose import APP_NAMES, DEFAULT_ROOT, ECHO_MODEL, STORE_NAMES
+from dsh.compose import APP_NAMES, DEFAULT_ROOT, ECHO_MODEL, STORE_NAMES, resolve_entry_paths
 from dsh.compose import open_store as open_store_by_options
 from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore, StoreError
@@ -41,6 +43,7 @@ log = logging.getLogger("dsh")
 __all__ = ["APP_NAMES", "DEFAULT_ROOT", "STORE_NAMES", "UsageError", "build_parser", "main", "open_store"]
 WORKSPACE_NAMES = frozenset({"workspace-tools", "dsh.tools.workspace.plugin", "dsh.tools.workspace"})
 SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
+DEFAULT_ROOT_HELP = "$DSH_HOME/sessions; DSH_HOME defaults to ${XDG_DATA_HOME:-~/.local/share}/dsh"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,13 +54,42 @@ class _Parser(argparse.ArgumentParser):
 # -- parsing ---------------------------------------------------------------------------------
 
 
+DEBUG_HELP = "show tracebacks and debug logs on stderr"
+
+
+def _store_flags(group: argparse._ArgumentGroup) -> None:
+    """The store flags every command shares (one definition, so help and checks agree)."""
+    group.add_argument("--store", choices=["jsonl", "sqlite", "postgres"], help="session store kind (default: jsonl)")
+    group.add_argument("--root", metavar="DIR", help=f"JSONL sessions folder (default: {DEFAULT_ROOT_HELP})")
+    group.add_argument("--sqlite", metavar="FILE", help="SQLite database file (with --store sqlite)")
+    group.add_argument("--dsn", metavar="URL", help="PostgreSQL URL (with --store postgres; default $DSH_DATABASE_URL)")
+
+
 def _store_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("session store")
-    group.add_argument("--store", choices=["jsonl", "sqlite", "postgres"], help="store kind (default: jsonl)")
-    group.add_argument("--root", help=f"JSONL sessions folder (default: {DEFAULT_ROOT})")
-    group.add_argument("--sqlite", metavar="FILE", help="SQLite database file (with --store sqlite)")
-    group.add_argument("--dsn", help="PostgreSQL URL (with --store postgres; default $DSH_DATABASE_URL)")
+    _store_flags(group)
     group.add_argument("--config", metavar="FILE", help="use the store a YAML composition mounts")
+
+
+def _agent_options(parser: argparse.ArgumentParser) -> None:
+    """The model, session and store options ``dsh chat`` and ``dsh run`` share."""
+    parser.add_argument("--config", metavar="FILE", help="YAML plugin composition (relative paths in it resolve against its folder)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--resume", metavar="SESSION_ID", help="continue a stored session (any unique id prefix)")
+    which.add_argument("--continue", dest="continue_", action="store_true", help="continue the newest session of this folder")
+    parser.add_argument("--model", metavar="NAME", help="model name (default: mock-echo, keyless)")
+    parser.add_argument("--base-url", metavar="URL", help="any OpenAI-compatible endpoint")
+    parser.add_argument(
+        "--timeout", type=float, metavar="SECONDS",
+        help="end the turn with an error when the model sends nothing for this long (default 120)",
+    )
+    system = parser.add_mutually_exclusive_group()
+    system.add_argument("--system", metavar="TEXT", help="replace the default system prompt with TEXT")
+    system.add_argument("--system-file", metavar="FILE", help="replace the default system prompt with FILE's text")
+    parser.add_argument("--sandbox", choices=list(SANDBOX_MODES), help="bash/file sandbox (default: workspace-write)")
+    parser.add_argument("--approval", choices=["ask", "never"], help="approval policy (default: ask)")
+    _store_flags(parser.add_argument_group("session store"))
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
 
 
 def version_text() -> str:
@@ -81,58 +113,58 @@ class _VersionAction(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="dsh", description="Agents whose history is a durable, time-aware event log.")
-    parser.add_argument("--version", action=_VersionAction, help="dsh, Python and zone data versions")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = _Parser(
+        prog="dsh",
+        description="Agents whose history is a durable, time-aware event log.",
+        epilog="Run 'dsh COMMAND --help' for a command's options. Bare 'dsh' prints this and exits 2.",
+    )
+    parser.add_argument("--version", action=_VersionAction, help="print the dsh, Python and zone data versions")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     chat = commands.add_parser("chat", help="talk to an agent over stdin/stdout")
-    chat.add_argument("--config", metavar="FILE", help="YAML plugin composition")
-    which = chat.add_mutually_exclusive_group()
-    which.add_argument("--resume", metavar="SESSION_ID", help="continue a stored session")
-    which.add_argument("--continue", dest="continue_", action="store_true", help="continue the newest session of this folder")
-    chat.add_argument("--model", help="model name (default: mock-echo, keyless)")
-    chat.add_argument("--base-url", help="any OpenAI-compatible endpoint")
-    chat.add_argument(
-        "--timeout", type=float, metavar="SECONDS",
-        help="end the turn with an error when the model sends nothing for this long (default 120)",
-    )
+    _agent_options(chat)
     chat.add_argument("--plain", action="store_true", help="plain transcript, no colour or line editing")
-    chat.add_argument("--sandbox", choices=list(SANDBOX_MODES), help="bash/file sandbox (default: workspace-write)")
-    chat.add_argument("--approval", choices=["ask", "never"], help="approval policy (default: ask)")
-    chat.add_argument("--store", choices=["jsonl", "sqlite", "postgres"], help="session store (default: jsonl)")
-    chat.add_argument("--root", help=f"JSONL sessions folder (default: {DEFAULT_ROOT})")
-    chat.add_argument("--sqlite", metavar="FILE", help="SQLite database file (with --store sqlite)")
-    chat.add_argument("--dsn", help="PostgreSQL URL (with --store postgres)")
-    chat.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
 
     _acp_parser(commands, chat)
 
-    sessions = commands.add_parser("sessions", help="inspect stored sessions")
-    sub = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    listing = sub.add_parser("list", help="sessions, newest first")
-    listing.add_argument("--json", action="store_true")
-    listing.add_argument("--limit", type=int)
+    run = commands.add_parser("run", help="run one turn and print the final reply (for scripts)")
+    run.add_argument("prompt", metavar="PROMPT", help="the prompt; - reads it from stdin")
+    _agent_options(run)
+    run.add_argument(
+        "--output-format", choices=["text", "json", "stream-json"], default="text",
+        help="text: the final reply; json: one object with text, sessionId, reason, usage, model; "
+        "stream-json: each durable event as one JSON line as it is appended",
+    )
+
+    sessions = commands.add_parser("sessions", help="inspect, export, import and salvage stored sessions")
+    sub = sessions.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=_Parser)
+    listing = sub.add_parser("list", help="this folder's sessions, newest first")
+    listing.add_argument("--all", action="store_true", help="sessions of every folder")
+    listing.add_argument("--json", action="store_true", help="one JSON array")
+    listing.add_argument("--limit", type=int, metavar="N", help="at most N sessions")
     show = sub.add_parser("show", help="the transcript as the model saw it")
-    show.add_argument("id")
+    show.add_argument("id", metavar="ID", help="session id (any unique prefix)")
     show.add_argument("--events", action="store_true", help="every raw event")
     show.add_argument("--json", action="store_true", help="the durable log verbatim")
     show.add_argument("--follow", action="store_true", help="keep printing events as they are appended")
     requests = sub.add_parser("requests", help="rebuild each model request from the log alone")
-    requests.add_argument("id")
-    requests.add_argument("--step", metavar="TURN.STEP")
-    requests.add_argument("--json", action="store_true")
+    requests.add_argument("id", metavar="ID", help="session id (any unique prefix)")
+    requests.add_argument("--step", metavar="TURN.STEP", help="only this step (e.g. 2.1)")
+    requests.add_argument("--json", action="store_true", help="a JSON array, written one request at a time")
     remove = sub.add_parser("rm", help="delete a session")
-    remove.add_argument("id")
+    remove.add_argument("id", metavar="ID", help="session id (any unique prefix)")
     remove.add_argument("--yes", action="store_true", help="do not ask")
     export = sub.add_parser("export", help="write a session as JSONL (format v0)")
-    export.add_argument("id")
-    export.add_argument("-o", "--output", metavar="FILE")
-    importing = sub.add_parser("import", help="store a JSONL session log")
-    importing.add_argument("file")
-    for sub_parser in (listing, show, requests, remove, export, importing):
+    export.add_argument("id", metavar="ID", help="session id (any unique prefix)")
+    export.add_argument("-o", "--output", metavar="FILE", help="write to FILE (0600) instead of stdout")
+    importing = sub.add_parser("import", help="store a JSONL session log (a torn tail is repaired as load does)")
+    importing.add_argument("file", metavar="FILE", help="a JSONL v0 session log")
+    salvage = sub.add_parser("salvage", help="copy the longest valid committed prefix of a corrupt session into a new one")
+    salvage.add_argument("id", metavar="ID", help="session id (any unique prefix); the original is never modified")
+    for sub_parser in (listing, show, requests, remove, export, importing, salvage):
         _store_options(sub_parser)
-        sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+        sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     mcp_cmd.add_parser(commands, _Parser)
     from dsh.apps import reminders
 
@@ -174,8 +206,9 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
     else:
         # userText: the mock answers what was typed, not the time reading (see dsh.llm.echo).
         llm = PluginEntry(id="llm", name="echo-llm", config={"answer": "userText"})
-    app: dict[str, Any] = {"model": model, "persistenceRoot": args.root or DEFAULT_ROOT}
+    app: dict[str, Any] = {"model": model, "persistenceRoot": args.root or str(default_root())}
     app.update(_store_config(args))
+    app.update(_system_config(args))
     if args.resume:
         app["resumeSessionId"] = args.resume
     return [
@@ -200,6 +233,24 @@ def _workspace_config(args: argparse.Namespace, config: dict[str, Any]) -> dict[
     if getattr(args, "approval", None):
         out["approval"] = args.approval
     return out
+def _system_config(args: argparse.Namespace) -> dict[str, Any]:
+    """``--system TEXT`` / ``--system-file FILE``: the app's ``systemPrompt``."""
+    if getattr(args, "system", None) is not None:
+        return {"systemPrompt": args.system}
+    path = getattr(args, "system_file", None)
+    if path is None:
+        return {}
+    try:
+        return {"systemPrompt": Path(path).read_text(encoding="utf-8")}
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise UsageError(f"cannot read --system-file {path}: {reason}") from None
+
+
+def _with_config_paths(entries: list[PluginEntry], base: Path) -> list[PluginEntry]:
+    """Relative paths in a config (persistenceRoot, sqlitePath, root, ...) name places next to
+    the config file, as its ``.py`` plugin names do, not next to wherever dsh was started."""
+    return [resolve_entry_paths(e, base) for e in entries]
 
 
 def _store_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -262,7 +313,8 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     path = Path(args.config)
     if not path.is_file():
         raise UsageError(f"config file {args.config} not found")
-    entries = _apply_timeout(args, load_config_file(path))
+    base = path.resolve().parent
+    entries = _apply_timeout(args, _with_config_paths(load_config_file(path), base))
     if args.base_url:
         # The composition's model plugin has its own endpoint; quietly keeping it would be a lie.
         raise UsageError("--base-url only applies without --config; set baseURL in the config's openai-llm entry")
@@ -271,7 +323,7 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     apps = [e for e in entries if e.name in APP_NAMES and not e.disabled]
     if not apps:
         # Load anyway: a broken entry deserves its own error before "no app" is reported.
-        return entries, path.resolve().parent
+        return entries, base
     app = apps[0]
     config = dict(app.config or {})
     if args.model:
@@ -279,6 +331,7 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     if args.root:
         config["persistenceRoot"] = args.root
     config.update(_store_config(args))
+    config.update(_system_config(args))
     if args.resume:
         config["resumeSessionId"] = args.resume
     patched = PluginEntry(app.id, app.name, config, app.disabled, app.line)
@@ -291,7 +344,7 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     # Stores load before the app, so it uses the composition's store instead of its default.
     ordered = [e for e in entries if e.name in STORE_NAMES] + _store_entries(args)
     ordered += [patched if e is app else e for e in entries if e.name not in STORE_NAMES]
-    return ordered, path.resolve().parent
+    return ordered, base
 
 
 # -- stores ----------------------------------------------------------------------------------
@@ -353,9 +406,22 @@ def _unserved(args: argparse.Namespace, model: str) -> str:
     )
 
 
-async def cmd_chat(args: argparse.Namespace) -> int:
+async def resolve_session(args: argparse.Namespace, text: str) -> str:
+    """The full id a typed (possibly prefix) id names in the chosen store."""
+    store, ctx = await open_store(args)
+    try:
+        return await session_ids.resolve(store, text)
+    finally:
+        await ctx.dispose()
+
+
+async def prepare_agent(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | None, str | None]:
+    """``dsh chat``/``dsh run``: which session to continue and with which model, then the
+    entries to load. Returns the entries, their base folder and the recorded model to check."""
     if args.continue_:
         args.resume = await newest_session_here(args)
+    elif args.resume:
+        args.resume = await resolve_session(args, args.resume)
     recorded: str | None = None
     if args.resume and not args.model:
         # Resume continues with the model the session last used; the endpoint comes from the
@@ -367,21 +433,32 @@ async def cmd_chat(args: argparse.Namespace) -> int:
         if recorded is not None and not args.config and not args.base_url and not known:
             raise UsageError(_unserved(args, recorded))
     entries, base_dir = composition(args)
+    return entries, base_dir, recorded
+
+
+async def load_app(ctx: Context, args: argparse.Namespace) -> Any:
+    """Load ``dsh chat``'s composition into ``ctx`` and return its running stdio app."""
+    entries, base_dir, recorded = await prepare_agent(args)
+    await load_plugins(ctx, entries, base_dir=base_dir)
+    app = ctx.get("stdio_app")
+    if app is None:
+        raise UsageError(
+            "the composition has no running stdio-app entry"
+            if args.config
+            else "the stdio app did not start (is a dependency missing?)"
+        )
+    if recorded is not None and not ctx.llm.has_model(recorded):
+        raise UsageError(_unserved(args, recorded))
+    schedule = ctx.get("schedule")
+    if schedule is not None:
+        schedule.check(app.agent)  # a corrupt schedule log refuses the session
+    return app
+
+
+async def cmd_chat(args: argparse.Namespace) -> int:
     ctx = Context()
     try:
-        await load_plugins(ctx, entries, base_dir=base_dir)
-        app = ctx.get("stdio_app")
-        if app is None:
-            raise UsageError(
-                "the composition has no running stdio-app entry"
-                if args.config
-                else "the stdio app did not start (is a dependency missing?)"
-            )
-        if recorded is not None and not ctx.llm.has_model(recorded):
-            raise UsageError(_unserved(args, recorded))
-        schedule = ctx.get("schedule")
-        if schedule is not None:
-            schedule.check(app.agent)  # a corrupt schedule log refuses the session
+        app = await load_app(ctx, args)
         loop = asyncio.get_running_loop()
         stop = _install_signal_handlers(loop, app)
         try:
@@ -445,9 +522,13 @@ async def cmd_acp(args: argparse.Namespace) -> int:
 
 async def cmd_sessions(args: argparse.Namespace) -> int:
     if args.action == "import":
-        return await sessions_view.import_file(args)
+        return await salvage.import_file(args)
     store, ctx = await open_store(args)
     try:
+        if getattr(args, "id", None):
+            args.id = await session_ids.resolve(store, args.id)
+        if args.action == "salvage":
+            return await salvage.salvage(store, args)
         if args.action == "list":
             return await sessions_view.list_sessions(store, args)
         if args.action == "show":
@@ -483,8 +564,8 @@ def _configure_logging(debug: bool) -> None:
             logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
+def _one_line(exc: BaseException | str) -> str:
+    text = exc if isinstance(exc, str) else str(exc) or type(exc).__name__
     return escape_controls(" ".join(line.strip() for line in text.splitlines() if line.strip()))
 
 
@@ -492,9 +573,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     _configure_logging(debug)
+    args: argparse.Namespace | None = None
     try:
-        args = build_parser().parse_args(argv)
-        runner = {"chat": cmd_chat, "acp": cmd_acp, "mcp": mcp_cmd.run, "sessions": cmd_sessions}.get(args.command, cmd_reminders)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            # Bare ``dsh``: the usage, and exit 2 as for any other missing argument.
+            parser.print_help(sys.stderr)
+            return 2
+        if args.command == "run":
+            from dsh.apps.run import cmd_run
+
+            runner = cmd_run
+        else:
+            runner = {"chat": cmd_chat, "acp": cmd_acp, "mcp": mcp_cmd.run, "sessions": cmd_sessions}.get(args.command, cmd_reminders)
         try:
             status = asyncio.run(runner(args))
             sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
@@ -507,7 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if isinstance(exc.__cause__, StoreUnwritable):
                 raise UsageError(str(exc.__cause__)) from None
             raise
-    except (UsageError, LoadError, ConfigError, msgspec.ValidationError) as exc:
+    except (UsageError, LoadError, ConfigError, msgspec.ValidationError, session_ids.AmbiguousId) as exc:
         if debug:
             raise
         print(f"dsh: {_one_line(exc)}", file=sys.stderr)
@@ -515,7 +607,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as exc:
         if debug:
             raise
-        print(f"dsh: {_one_line(exc)}", file=sys.stderr)
+        named = getattr(args, "id", None) or getattr(args, "resume", None)
+        print(f"dsh: {_one_line(salvage.explain(exc, named))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dsh.apps.home import PATH_KEYS, default_root, resolve_config_paths
 from dsh.errors import UsageError
 from dsh.runtime import Context, Fiber, ServiceKey
 from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins, resolve_plugin
@@ -135,6 +136,15 @@ def store_entry(spec: str | os.PathLike[str], *, base_dir: str | os.PathLike[str
     return PluginEntry("store", "jsonl-sessions", {"root": str(_resolve(base, text))})
 
 
+def resolve_entry_paths(entry: PluginEntry, base: Path) -> PluginEntry:
+    """``entry`` with the relative paths of its config resolved against ``base`` (the config
+    file's folder), as its ``.py`` plugin names are."""
+    if entry.name not in PATH_KEYS:
+        return entry
+    config = resolve_config_paths(entry.name, entry.config, base)
+    return PluginEntry(entry.id, entry.name, config, entry.disabled, entry.line)
+
+
 def app_store_entry(kind: str, persistence_root: str, sqlite_path: str | None = None) -> PluginEntry:
     """The store the stdio app mounts from its own config (``store``, ``persistenceRoot``,
     ``sqlitePath``), with paths resolved against the working directory."""
@@ -219,7 +229,8 @@ def choose_store(
     """
     base = Path(config).resolve().parent if config else None
     if config and not kind:
-        entries = [e for e in load_config_file(config) if not e.disabled]
+        assert base is not None
+        entries = [resolve_entry_paths(e, base) for e in load_config_file(config) if not e.disabled]
         stores = [e for e in entries if e.name in STORE_NAMES]
         apps = [e for e in entries if e.name in APP_NAMES]
         if stores:
@@ -237,7 +248,7 @@ def choose_store(
         check(kind, None)
     if kind == "postgres":
         return PluginEntry("store", "postgres-sessions", {"dsn": dsn} if dsn else {}), base
-    return app_store_entry(kind, root or DEFAULT_ROOT, sqlite), base
+    return app_store_entry(kind, root or str(default_root()), sqlite), base
 
 
 async def open_store(

@@ -14,7 +14,8 @@ import pytest
 
 
 def dsh_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "DSH_"))}
+    # DSH_HOME stays: tests/conftest.py points it at a private folder for the whole suite.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "DSH_")) or k == "DSH_HOME"}
     env.update({"TZ": "Asia/Shanghai", "PYTHONUNBUFFERED": "1", "DSH_DEV_CHECKS": "1"})
     env.pop("NO_COLOR", None)
     env.update(extra)
@@ -76,5 +77,11 @@ def bucket(root: Path, cwd: Path) -> Path:
     return root / f"cwd-{hashlib.sha256(str(cwd).encode()).hexdigest()[:12]}"
 
 
-def session_files(cwd: Path) -> list[Path]:
-    return sorted(bucket(cwd / ".sessions", cwd).glob("*.jsonl"))
+def default_root() -> Path:
+    """Where ``dsh`` stores sessions by default in the test suite: ``$DSH_HOME/sessions``."""
+    return Path(os.environ["DSH_HOME"]) / "sessions"
+
+
+def session_files(cwd: Path, root: Path | None = None) -> list[Path]:
+    """The JSONL sessions of ``cwd`` under ``root`` (default: the default store)."""
+    return sorted(bucket(root or default_root(), cwd).glob("*.jsonl"))

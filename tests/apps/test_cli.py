@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.apps.conftest import Interactive, bucket, dsh_env, run_dsh, session_files
+from tests.apps.conftest import Interactive, bucket, default_root, dsh_env, run_dsh, session_files
 from tests.fixtures import FIXTURES
 
 
@@ -91,7 +91,7 @@ def test_corrupt_committed_line_is_refused_and_file_untouched(workdir: Path) -> 
 
 def test_reference_crash_log_resumes_through_the_app(workdir: Path) -> None:
     header = json.loads((FIXTURES / "crash-before-repair.jsonl").read_text().splitlines()[0])
-    target = bucket(workdir / ".sessions", Path(header["cwd"])) / f"{header['id']}.jsonl"
+    target = bucket(default_root(), Path(header["cwd"])) / f"{header['id']}.jsonl"
     target.parent.mkdir(parents=True)
     shutil.copy(FIXTURES / "crash-before-repair.jsonl", target)
     result = run_dsh(["chat", "--resume", header["id"]], workdir, stdin="after the crash\n")
@@ -158,9 +158,9 @@ def test_export_import_round_trip(workdir: Path, tmp_path: Path) -> None:
     assert (tmp_path / "out.jsonl").read_bytes() == log.read_bytes()
     other = tmp_path / "elsewhere"
     other.mkdir()
-    imported = run_dsh(["sessions", "import", str(tmp_path / "out.jsonl")], other)
+    imported = run_dsh(["sessions", "import", str(tmp_path / "out.jsonl")], other, DSH_HOME=str(other))
     assert imported.returncode == 0, imported.stderr
-    [copy] = list((other / ".sessions").rglob("*.jsonl"))
+    [copy] = list((other / "sessions").rglob("*.jsonl"))
     assert copy.read_bytes() == log.read_bytes()
     start = time.monotonic()
     assert time.monotonic() - start < 5
@@ -174,7 +174,9 @@ def test_sessions_config_reads_the_database_the_app_wrote(workdir: Path) -> None
     )
     chat = run_dsh(["chat", "--config", "conf/dsh.yml"], workdir, stdin="hi\n")
     assert chat.returncode == 0, chat.stderr
-    assert (workdir / "data" / "s.db").exists()  # relative to the cwd, as persistenceRoot is
+    # Relative to the config file's folder, as its .py plugins are, not to the cwd.
+    assert (workdir / "conf" / "data" / "s.db").exists()
+    assert not (workdir / "data").exists()
     listing = run_dsh(["sessions", "list", "--json", "--config", "conf/dsh.yml"], workdir)
     assert listing.returncode == 0, listing.stderr
     assert [row["turns"] for row in json.loads(listing.stdout)] == [1]

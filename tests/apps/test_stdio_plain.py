@@ -66,7 +66,8 @@ def test_two_turns_match_the_reference_transcript_and_log(workdir: Path) -> None
     expected = (FIXTURES / "stdio-two-turns.stdout.txt").read_text()
     assert normalise(out) == normalise(expected)
 
-    [log] = session_files(workdir)
+    # The config's persistenceRoot (./.sessions) is next to the config: a project-local store.
+    [log] = session_files(workdir, workdir / ".sessions")
     assert re.fullmatch(r"main-session-[0-9a-f-]{36}\.jsonl", log.name)
     assert stat.S_IMODE(log.stat().st_mode) == 0o600
     assert stat.S_IMODE(log.parent.stat().st_mode) == 0o700
@@ -169,7 +170,7 @@ def test_steering_while_running(workdir: Path) -> None:
     chat.send("also this\n")
     rc, out, err = chat.close()
     assert rc == 0, err
-    [log] = session_files(workdir)
+    [log] = session_files(workdir, workdir / ".sessions")
     events = events_of(log)
     steering = [e for e in events if e["type"] == "steering/message"]
     assert steering and steering[0]["data"]["content"] == [{"type": "text", "text": "also this"}]

@@ -15,7 +15,7 @@ import termios
 import time
 from pathlib import Path
 
-from tests.apps.conftest import dsh_env, session_files
+from tests.apps.conftest import default_root, dsh_env, session_files
 
 SLOW = """\
 - id: echo
@@ -97,6 +97,6 @@ def test_ctrl_c_cancels_a_slow_turn_and_the_app_keeps_running(workdir: Path) -> 
     assert [e["seq"] for e in events] == list(range(len(events)))
     assert sum(e["type"] == "step/start" for e in events) == sum(e["type"] == "step/end" for e in events)
     # Line-editing history persists per project, private like the sessions beside it.
-    history = workdir / ".sessions" / "history"
+    history = default_root() / "history"
     assert stat.S_IMODE(history.stat().st_mode) == 0o600
     assert "+hello" in history.read_text() and "+again" in history.read_text()

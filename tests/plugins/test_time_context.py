@@ -512,7 +512,10 @@ async def test_unresolvable_process_zone(rig: Rig, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("TZ", "Not/A_Real_Zone")
     with pytest.raises(ValueError) as raised:
         await rig.load()
-    assert str(raised.value) == "time-context: failed to resolve the system time zone"
+    assert str(raised.value) == (
+        'time-context: TZ="Not/A_Real_Zone" is not an IANA time zone; '
+        "set TZ=Area/City or timeZone in the config"
+    )
     assert raised.value.__cause__ is not None
     assert rig.ctx.listeners("agent/pre-step") == 0
     # An explicit zone never consults the process zone.

@@ -45,7 +45,10 @@ KEY_ORDER = ("type", "seq", "time", "data", "sourceEventSeqs", "surfaceOp")
 
 def dsh_env(**extra: str) -> dict[str, str]:
     """The environment ``dsh`` runs with in these tests (no keys, no user config, fixed zone)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "DSH_", "OPENAI_"))}
+    env = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(("DEEPSEEK_", "DSH_", "OPENAI_")) or k == "DSH_HOME"
+    }
     env.update({"TZ": "Asia/Shanghai", "PYTHONUNBUFFERED": "1", "DSH_DEV_CHECKS": "1"})
     env.pop("NO_COLOR", None)
     src = str(REPO / "src")
@@ -273,7 +276,9 @@ def write_composition(
         "  config:\n"
         "    model: slow\n"
         f"    store: {store}\n"
-        f"    welcome: {WELCOME}\n",
+        f"    welcome: {WELCOME}\n"
+        # A project-local store next to the config (relative paths resolve against its folder).
+        "    persistenceRoot: ./.sessions\n",
         encoding="utf-8",
     )
     return config

@@ -88,7 +88,7 @@ def test_resume_while_a_chat_is_mid_turn_is_refused(store: str, tmp_path: Path) 
         assert intruder.returncode == 1, intruder.stdout
         assert intruder.stderr.strip().splitlines() == [locked_message(session_id)]
         # Readers take no lock: they work while the holder writes.
-        args = ["sessions", "show", session_id, "--json"]
+        args = ["sessions", "show", session_id, "--json", "--root", ".sessions"]
         if store == "sqlite":
             args += ["--store", "sqlite", "--sqlite", str(sqlite_path(tmp_path))]
         reader = run_dsh(args, tmp_path)

@@ -234,7 +234,7 @@ def test_sqlite_row_corruptions(which: str, how: str, rng: random.Random) -> Non
 def chat_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     """A real ``dsh chat`` log (mock-echo, two turns, one calling the echo tool)."""
     cwd = tmp_path_factory.mktemp("corrupt-cli")
-    result = run_dsh(["chat"], cwd, stdin="hello\necho hi\n")
+    result = run_dsh(["chat", "--root", ".sessions"], cwd, stdin="hello\necho hi\n")
     assert result.returncode == 0, result.stderr
     [log] = list(bucket_of(cwd / ".sessions", cwd).glob("*.jsonl"))
     return log, log.read_bytes()
@@ -258,10 +258,11 @@ def _cli_corruption(data: bytes, how: str) -> bytes:
 @pytest.mark.parametrize(
     ("how", "needle"),
     [
-        ("seq-gap", "seq gap in committed region at line 4 (expected 3, got 4)"),
-        ("invalid-utf8", "unparsable committed event at line 3"),
+        # One line number, the file's (the header is line 1), as `sed -n Np` counts.
+        ("seq-gap", "seq gap in committed region at file line 5 (expected 3, got 4)"),
+        ("invalid-utf8", "unparsable committed event at file line 4"),
         ("wrong-header", "first line is not a session header"),
-        ("huge-line", "unparsable committed event at line 5"),
+        ("huge-line", "unparsable committed event at file line 6"),
         ("header-less", "empty or header-less session log"),
     ],
 )
@@ -276,7 +277,7 @@ def test_resume_of_a_corrupt_log_is_one_line_and_touches_nothing(
     corrupted = _cli_corruption(data, how)
     target.write_bytes(corrupted)
     assert first_damaged_line(data, corrupted) >= 1
-    result = run_dsh(["chat", "--resume", log.stem], cwd, stdin="more\n")
+    result = run_dsh(["chat", "--resume", log.stem, "--root", ".sessions"], cwd, stdin="more\n")
     assert result.returncode == 1, (result.stdout, result.stderr)
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("dsh: ") and needle in line, line
@@ -284,6 +285,6 @@ def test_resume_of_a_corrupt_log_is_one_line_and_touches_nothing(
     assert target.read_bytes() == corrupted
     assert sorted(p.name for p in target.parent.iterdir()) == [log.name]
     if how == "seq-gap":
-        shown = run_dsh(["sessions", "show", log.stem], cwd)
+        shown = run_dsh(["sessions", "show", log.stem, "--root", ".sessions"], cwd)
         assert shown.returncode == 1 and needle in shown.stderr, shown.stderr
         assert target.read_bytes() == corrupted

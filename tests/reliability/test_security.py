@@ -82,7 +82,7 @@ def test_sessions_are_private_regardless_of_umask(tmp_path: Path, store: str) ->
     assert _modes(cwd / ".sessions") == {}
     session_id = snapshot(cwd, store).session_id
     assert session_id is not None
-    store_args = ["--store", "sqlite"] if store == "sqlite" else []
+    store_args = ["--store", "sqlite", "--root", ".sessions"] if store == "sqlite" else ["--root", ".sessions"]
     exported = subprocess.run(
         [sys.executable, "-m", "dsh", "sessions", "export", session_id, "-o", "export.jsonl", *store_args],
         cwd=cwd, env=dsh_env(), capture_output=True, text=True, umask=0, timeout=60,
@@ -110,7 +110,7 @@ def test_api_key_never_reaches_disk_or_output(tmp_path: Path, body: str, debug: 
     with SSEServer() as server:
         server.push(*[Reply.error(401, body) for _ in range(8)])
         args = ["--debug"] if debug else []
-        args += ["chat", "--plain", "--base-url", f"{server.base_url}/v1", "--model", "m"]
+        args += ["chat", "--plain", "--base-url", f"{server.base_url}/v1", "--model", "m", "--root", ".sessions"]
         result = run_dsh(args, cwd, stdin="hello\nagain\n", **env)
         sent = [r.headers.get("authorization") for r in server.requests]
     assert sent and all(value == f"Bearer {KEY}" for value in sent), "the key was not even used"
@@ -118,7 +118,8 @@ def test_api_key_never_reaches_disk_or_output(tmp_path: Path, body: str, debug: 
     assert "turn 1 step 1 failed" in result.stderr
     [log] = list((cwd / ".sessions").rglob("*.jsonl"))
     outputs = {"stdout": result.stdout, "stderr": result.stderr}
-    views = [["sessions", "show", log.stem, "--events"], ["sessions", "requests", log.stem, "--json"]]
+    views = [["sessions", "show", log.stem, "--events", "--root", ".sessions"],
+             ["sessions", "requests", log.stem, "--json", "--root", ".sessions"]]
     for view in views if not debug else []:
         shown = run_dsh(view, cwd, **env)
         assert shown.returncode == 0, shown.stderr
@@ -184,6 +185,7 @@ def test_sessions_views_escape_control_sequences_from_the_model(tmp_path: Path) 
     (cwd / "dsh.yml").write_text(
         "- id: model\n  name: ./evil_model.py\n- id: echo\n  name: echo-tool\n"
         '- id: app\n  name: stdio-app\n  config:\n    model: "evil\\e[5m\\x9b2J"\n'
+        "    persistenceRoot: ./.sessions\n"
     )
     result = run_dsh(["chat", "--config", "dsh.yml"], cwd, stdin="go\n")
     assert result.returncode == 0, result.stderr
@@ -197,15 +199,15 @@ def test_sessions_views_escape_control_sequences_from_the_model(tmp_path: Path) 
         "list": ["sessions", "list"],
     }
     for name, view in views.items():
-        shown = run_dsh(view, cwd)
+        shown = run_dsh([*view, "--root", ".sessions"], cwd)
         assert shown.returncode == 0, (name, shown.stderr)
         found = sorted(set(CONTROL.findall(shown.stdout + shown.stderr)))
         assert not found, f"dsh {name} printed raw control characters {found}"
-    show = run_dsh(views["show"], cwd).stdout
+    show = run_dsh([*views["show"], "--root", ".sessions"], cwd).stdout
     assert "say \\x1b]0;pwned\\x07" in show and "\\x9b1;1H" in show
     # JSON views are verbatim JSON: no raw C0 controls (JSON escapes them), nothing else changed.
     for view in (["sessions", "show", session_id, "--json"], ["sessions", "list", "--json"],
                  ["sessions", "requests", session_id, "--json"]):
-        shown = run_dsh(view, cwd)
+        shown = run_dsh([*view, "--root", ".sessions"], cwd)
         assert shown.returncode == 0, shown.stderr
         assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", shown.stdout), view

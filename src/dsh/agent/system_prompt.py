@@ -16,6 +16,7 @@ from dsh.runtime import Context, ServiceKey
 name = "system-prompt"
 
 IDENTITY_TEXT = "You are an AI agent powered by the DeepSeek Harness SDK."
+IDENTITY_ID = "harness:identity"
 _VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*\}\}")
 
 
@@ -86,5 +87,5 @@ SYSTEM_PROMPT: ServiceKey[SystemPrompt] = ServiceKey("system_prompt")
 
 def apply(ctx: Context, config: object = None) -> None:
     prompt = SystemPrompt()
-    prompt.add_section("harness:identity", IDENTITY_TEXT, order=-100)
+    prompt.add_section(IDENTITY_ID, IDENTITY_TEXT, order=-100)
     ctx.provide(SYSTEM_PROMPT, prompt)

@@ -1,10 +1,13 @@
-"""``dsh sessions``: read-only views of stored sessions, plus rm, export and import.
+"""``dsh sessions``: read-only views of stored sessions, plus rm and export.
 
-Owns the timeline rendering of ``show`` (each time reading, compaction checkpoint and tool call in
-order, shadowed events marked), ``requests`` (the exact request of every step rebuilt from the
-log alone: the logged header's system prompt, tools and prefix, plus the messages derived from
-the log before that ``step/start``); every line goes through :mod:`dsh.apps.escape`. Reads
-take no lock and never repair, so they work while another process writes.
+Owns ``list`` (this folder's sessions, or ``--all``, with a title, turns, model and last
+activity; a session whose log does not load is marked ``CORRUPT``; columns are measured in
+terminal cells so CJK text lines up) and the timeline rendering of ``show`` (each time reading,
+compaction checkpoint, reasoning (dim on a terminal), tool call and result in order, shadowed
+events marked, the model and token usage at each turn's end, and the zone its times are in).
+``requests`` lives in :mod:`dsh.apps.requests_view`; import and salvage in
+:mod:`dsh.apps.salvage`. Every line goes through :mod:`dsh.apps.escape`. Reads take no lock and
+never repair, so they work while another process writes.
 """
 
 from __future__ import annotations
@@ -14,19 +17,22 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from rich.cells import cell_len, get_character_cell_size
+
 from dsh import _json, _zones
-from dsh.apps import tool_view
+from dsh.apps import requests_view, tool_view
 from dsh.apps.escape import escape_controls
-from dsh.compose import open_store
+from dsh.apps.requests_view import rebuild_requests
 from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore, StoredSession, StoreError
 from dsh.plugins.schedule.delivery import describe as reminder_summary
 from dsh.plugins.schedule.delivery import describe_change
-from dsh.session import DerivedMessages, Event, Session, decode_event, encode_event
+from dsh.session import Event, Session, encode_event
+
+__all__ = ["export", "list_sessions", "rebuild_requests", "remove", "requests", "show", "timeline"]
 
 
 def _time(ms: int, *, date: bool = False) -> str:
@@ -60,60 +66,151 @@ def header_line(header: dict[str, Any]) -> bytes:
 # -- list ------------------------------------------------------------------------------------
 
 
-def _facts(stored: StoredSession) -> tuple[int, int | None]:
-    turns = 0
+def _facts(stored: StoredSession) -> dict[str, Any]:
+    """Turns, last activity, title (the first prompt's first line) and the latest model."""
+    turns, title, model = 0, None, None
     for event in stored.events:
         if event.type == "turn/start":
             turns = max(turns, int(event.data.get("turn", 0)))
+        elif event.type == "user/message" and title is None:
+            source = event.data.get("source") or {}
+            if source.get("plugin") != "compact":
+                text = _text(event.data.get("content")).strip()
+                title = text.splitlines()[0] if text else None
+        elif event.type == "request/header":
+            config = (event.data.get("header") or {}).get("config") or {}
+            model = config.get("model") if isinstance(config.get("model"), str) else model
     last = stored.events[-1].time if stored.events else None
-    return turns, last
+    return {"turns": turns, "lastActivity": last, "title": title, "model": model}
 
 
 async def list_sessions(store: SessionStore, args: argparse.Namespace) -> int:
-    infos = await store.list(limit=args.limit)
+    here = os.getcwd()
+    infos = [i for i in await store.list() if args.all or i.header.get("cwd") == here]
+    if args.limit is not None:
+        infos = infos[: args.limit]
     rows: list[dict[str, Any]] = []
     for info in infos:
+        row: dict[str, Any] = {"id": info.id, "createdAt": info.created_at, "cwd": info.header.get("cwd")}
         try:
-            turns, last = _facts(await store.read(info.id))
-        except StoreError:
-            turns, last = 0, None
-        rows.append({"id": info.id, "createdAt": info.created_at, "cwd": info.header.get("cwd"),
-                     "turns": turns, "lastActivity": last, "location": info.location})
+            row.update(_facts(await store.read(info.id)))
+            row["corrupt"] = None
+        except StoreError as exc:
+            row.update({"turns": None, "lastActivity": info.modified_ms, "title": None, "model": None,
+                        "corrupt": str(exc)})
+        row["location"] = info.location
+        rows.append(row)
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=2))
         return 0
     if not rows:
-        print("no sessions")
+        where = "" if args.all else f" for this folder ({here}); --all lists every folder's"
+        print(f"no sessions{where}")
         return 0
-    table: list[tuple[str, str, str, str, str]] = [("ID", "CREATED", "CWD", "TURNS", "LAST ACTIVITY")]
+    head = ["ID", "TITLE", "TURNS", "MODEL", f"LAST ACTIVITY ({zone_label()})"] + (["CWD"] if args.all else [])
+    table = [head]
     for row in rows:
         last = row["lastActivity"]
-        table.append((str(row["id"]), _time(int(row["createdAt"]), date=True), str(row["cwd"] or "-"),
-                      str(row["turns"]), _time(int(last), date=True) if last else "-"))
-    widths = [max(len(escape_controls(r[i])) for r in table) for i in range(5)]
-    for r in table:
-        print("  ".join(escape_controls(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        turns = "CORRUPT" if row["corrupt"] else str(row["turns"])
+        cells = [str(row["id"]), clip(row["title"] or "-", 40), turns, str(row["model"] or "-"),
+                 _time(int(last), date=True) if last else "-"]
+        table.append(cells + ([str(row["cwd"] or "-")] if args.all else []))
+    print_table(table)
+    broken = [row["id"] for row in rows if row["corrupt"]]
+    if broken:
+        print(f"\nCORRUPT: the log has a bad committed line; `dsh sessions show {broken[0]}` names it and "
+              f"`dsh sessions salvage {broken[0]}` copies its valid turns into a new session")
     return 0
+
+
+def cells(text: str) -> int:
+    """Terminal columns ``text`` takes (CJK and emoji are two wide)."""
+    return cell_len(text)
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` cut to at most ``width`` columns, with an ellipsis when cut."""
+    if cells(text) <= width:
+        return text
+    out, used = "", 0
+    for char in text:
+        w = get_character_cell_size(char)
+        if used + w > width - 1:
+            break
+        out, used = out + char, used + w
+    return out + "…"
+
+
+def print_table(table: list[list[str]]) -> None:
+    table = [[escape_controls(c) for c in row] for row in table]
+    widths = [max(cells(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(c + " " * (w - cells(c)) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def zone_label() -> str:
+    """The zone times are shown in, e.g. ``Asia/Shanghai, UTC+08:00``."""
+    zone = _zones.local_zone()
+    offset = datetime.now(zone).strftime("%z")
+    return f"{_zones.local_zone_key() or 'UTC'}, UTC{offset[:3]}:{offset[3:]}"
 
 
 # -- show ------------------------------------------------------------------------------------
 
 
-def timeline(session: Session) -> list[str]:
+def timeline(session: Session, *, dim: bool = False) -> list[str]:
     """The transcript as the model saw it, event by event, shadowed nodes marked."""
     visible = set(session.surface)
     header = session.header
     lines = [escape_controls(f"session {header['id']} · created {_time(header['createdAt'], date=True)} · "
-                             f"cwd {header.get('cwd', '-')} · {len(session.events)} events")]
+                             f"cwd {header.get('cwd', '-')} · {len(session.events)} events · "
+                             f"times in {zone_label()}")]
+    model: str | None = None
+    usage: dict[str, int] = {}
     names: dict[str, str] = {}
     for event in session.events:
-        line = _timeline_entry(event, names)
-        if line is None:
+        if event.type == "request/header":
+            config = (event.data.get("header") or {}).get("config") or {}
+            model = config.get("model") if isinstance(config.get("model"), str) else model
+        elif event.type == "turn/start":
+            usage = {}
+        elif event.type == "assistant/message":
+            for key, value in (event.data.get("usage") or {}).items():
+                if isinstance(value, int):
+                    usage[key] = usage.get(key, 0) + value
+            thought = _reasoning(event)
+            if thought:
+                said = escape_controls(f"{_time(event.time)}  thinking   {thought}").replace("\n", "\n" + " " * 20)
+                lines.append(f"{DIM}{said}{RESET}" if dim else said)
+        entry = _timeline_entry(event, names)
+        if entry is None:
             continue
+        line = entry
+        if event.type == "turn/end":
+            line += _turn_facts(model, usage)
         marker = " (shadowed)" if event.surface_op is not None and event.seq not in visible else ""
         # Continuation lines line up under the text column (time + label = 20 columns).
         lines.append(escape_controls(line + marker).replace("\n", "\n" + " " * 20))
     return lines
+
+
+DIM, RESET = "\x1b[2m", "\x1b[0m"
+
+
+def _reasoning(event: Event) -> str:
+    return "".join(str(b.get("text", "")) for b in event.data.get("content") or () if b.get("type") == "reasoning")
+
+
+def _turn_facts(model: str | None, usage: dict[str, int]) -> str:
+    """`` · model M · tokens in/out N/M · cache hits K`` from the logged headers and usage."""
+    parts = [f"model {model}"] if model else []
+    if usage:
+        parts.append(f"tokens in/out {usage.get('inputTokens', 0)}/{usage.get('outputTokens', 0)}")
+        if usage.get("cacheReadTokens"):
+            parts.append(f"cache hits {usage['cacheReadTokens']}")
+        if usage.get("reasoningTokens"):
+            parts.append(f"reasoning {usage['reasoningTokens']}")
+    return "".join(f" · {p}" for p in parts)
 
 
 def _timeline_entry(event: Event, names: dict[str, str] | None = None) -> str | None:
@@ -183,7 +280,8 @@ async def show(store: SessionStore, args: argparse.Namespace) -> int:
             out.write(encode_event(event).decode() + "\n")
     else:
         session = stored.live()
-        lines = [_event_line(e) for e in session.events] if args.events else timeline(session)
+        dim = out.isatty() and not os.environ.get("NO_COLOR")
+        lines = [_event_line(e) for e in session.events] if args.events else timeline(session, dim=dim)
         out.write("\n".join(lines) + "\n")
     out.flush()
     if args.follow:
@@ -214,81 +312,8 @@ async def _follow(store: SessionStore, args: argparse.Namespace, seen: int) -> N
 # -- requests --------------------------------------------------------------------------------
 
 
-def rebuild_requests(events: Sequence[Event]) -> list[dict[str, Any]]:
-    """Every step's request, from the log alone (the RFC's reconstructable requests).
-
-    The header of a step is the one logged right after its ``step/start`` (a first request or a
-    change), otherwise the latest one before it. The log is replayed once; the messages of a
-    step are the derivation snapshot taken just before its ``step/start``.
-    """
-    requests = []
-    latest: dict[str, Any] | None = None
-    pending: tuple[Event, int, int, DerivedMessages] | None = None
-    replay = Session("requests")
-
-    def close(
-        step_start: Event, turn: int, step: int, history: DerivedMessages, header: dict[str, Any] | None
-    ) -> None:
-        header = header or {}
-        prefix = list(header.get("messagePrefix") or [])
-        messages = prefix + history.to_list()
-        config = header.get("config") or {}
-        requests.append({"turn": turn, "step": step, "seq": step_start.seq, "model": config.get("model"),
-                         "config": config, "system": header.get("system"), "tools": header.get("tools") or [],
-                         "messages": messages})
-
-    for event in events:
-        if event.type == "request/header":
-            latest = event.data.get("header")
-            if pending is not None:
-                close(*pending, latest)
-                pending = None
-        elif pending is not None and event.type in ("assistant/chunk", "step/end", "turn/end", "step/start"):
-            close(*pending, latest)
-            pending = None
-        if event.type == "step/start":
-            turn, step = int(event.data.get("turn", 0)), int(event.data.get("step", 0))
-            pending = (event, turn, step, replay.derive_messages())
-        replay.extend([event])
-    if pending is not None:
-        close(*pending, latest)
-    return requests
-
-
 async def requests(store: SessionStore, args: argparse.Namespace) -> int:
-    stored = await store.read(args.id)
-    rebuilt = rebuild_requests(stored.events)
-    if args.step:
-        try:
-            turn, step = (int(x) for x in args.step.split("."))
-        except ValueError:
-            raise UsageError(f"--step must look like TURN.STEP (e.g. 2.1), got {args.step!r}") from None
-        rebuilt = [r for r in rebuilt if r["turn"] == turn and r["step"] == step]
-        if not rebuilt:
-            raise StoreError(f'session "{args.id}" has no step {turn}.{step}')
-    if args.json:
-        print(json.dumps(rebuilt, ensure_ascii=False, indent=2))
-        return 0
-    for request in rebuilt:
-        print(escape_controls(f"── turn {request['turn']} step {request['step']} · model {request['model']} · seq {request['seq']} ──"))
-        if request["system"]:
-            print(escape_controls(f"[system] {request['system']}"))
-        if request["tools"]:
-            print(escape_controls(f"[tools] {', '.join(str(t.get('name', '?')) for t in request['tools'])}"))
-        for message in request["messages"]:
-            print(escape_controls(f"[{message['role']}] {_message_text(message)}"))
-        print()
-    return 0
-
-
-def _message_text(message: dict[str, Any]) -> str:
-    parts = []
-    for block in message.get("content") or ():
-        if block.get("type") == "tool-result":
-            parts.append(f"(tool result {block.get('toolCallId')}) {_text(block.get('content'))}")
-        else:
-            parts.append(_text([block]))
-    return "".join(parts)
+    return await requests_view.requests(store, args, sys.stdout)
 
 
 # -- rm, export, import ----------------------------------------------------------------------
@@ -323,37 +348,4 @@ async def export(store: SessionStore, args: argparse.Namespace) -> int:
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
-    return 0
-
-
-async def import_file(args: argparse.Namespace) -> int:
-    try:
-        with open(args.file, "rb") as handle:
-            raw = handle.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
-    lines = raw.split(b"\n")
-    try:
-        header = _json.decode(lines[0])
-        events = [decode_event(line) for line in lines[1:] if line]
-        if not isinstance(header, dict) or header.get("type") != "session":
-            raise ValueError("first line is not a session header")
-        header = {k: v for k, v in header.items() if k != "type"}
-        Session.restore(str(header["id"]), events, header=header)
-    except Exception as exc:
-        raise StoreError(f"corrupt session log: {exc} ({args.file})") from None
-    opened = await open_store(
-        kind=args.store, root=args.root, sqlite=args.sqlite, dsn=args.dsn, config=args.config
-    )
-    store = opened.store
-    try:
-        await store.create(header)
-        try:
-            if events:
-                await store.append(str(header["id"]), events)
-        finally:
-            await store.release(str(header["id"]))
-    finally:
-        await opened.close()
-    print(f"imported {header['id']} ({len(events)} events)")
     return 0

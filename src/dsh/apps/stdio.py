@@ -27,9 +27,11 @@ from typing import Any, TextIO
 import msgspec
 
 from dsh.agent import loop as loop_plugin
+from dsh.agent import system_prompt as system_prompt_plugin
 from dsh.agent.agent import Agent
 from dsh.apps import pipes
 from dsh.apps.escape import escape_controls, keep
+from dsh.apps.home import default_root
 from dsh.apps.store_check import check_writable
 from dsh.compose import app_store_entry, mount_spine
 from dsh.runtime import Context
@@ -45,7 +47,8 @@ class Config(msgspec.Struct, rename="camel"):
     model: str
     persona: str | None = None
     welcome: str = "ready."
-    persistence_root: str = "./.sessions"
+    # $DSH_HOME/sessions, read when the config is loaded (tests point DSH_HOME elsewhere).
+    persistence_root: str = msgspec.field(default_factory=lambda: str(default_root()))
     store: str = "jsonl"
     sqlite_path: str | None = None
     resume_session_id: str | None = None
@@ -53,6 +56,8 @@ class Config(msgspec.Struct, rename="camel"):
     tool_order: list[str] | None = None
     plain: bool | None = None
     history_file: str | None = None
+    # Replaces the default system prompt (the harness identity line) when set.
+    system_prompt: str | None = None
 
 
 def _tool_result_text(data: dict[str, Any]) -> str:
@@ -298,6 +303,9 @@ async def apply(ctx: Context, config: Config) -> None:
         if ctx.has("session_store")
         else app_store_entry(config.store, config.persistence_root, config.sqlite_path),
     )
+    if config.system_prompt is not None:
+        ctx.system_prompt.remove_section(system_prompt_plugin.IDENTITY_ID)
+        ctx.defer(ctx.system_prompt.add_section("deployment:system", config.system_prompt, order=-100))
     if config.persona:
         ctx.defer(ctx.system_prompt.add_section("deployment:persona", config.persona, order=0))
     # Before any session exists: an unwritable store would lose the conversation at its first flush.

@@ -26,8 +26,9 @@ load, and a bad value fails the load (under ``ctx.plugin`` the call raises and n
   ``/etc/localtime`` links to, else UTC. Changing ``TZ`` later changes nothing. Zones come from the
   newer of the system's and the ``tzdata`` package's zone data (``dsh._zones``; the rule and why
   are in this package's README). Errors:
-  ``time-context: invalid IANA timeZone "<key>"`` and ``time-context: failed to resolve the
-  system time zone`` (the zoneinfo error is chained as the cause). The bracket shows the key as
+  ``time-context: invalid IANA timeZone "<key>"`` and, for an unusable process zone,
+  ``time-context: TZ="<value>" is not an IANA time zone; set TZ=Area/City or timeZone in the
+  config`` (the zoneinfo error is chained as the cause). The bracket shows the key as
   resolved (``Asia/Kolkata``, not ICU's legacy ``Asia/Calcutta``); the UTC aliases (``Etc/UTC``,
   ``GMT``, ``Zulu``, ...) show ``UTC``.
 
@@ -95,6 +96,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import zoneinfo
 from datetime import datetime
 from decimal import Decimal
@@ -336,10 +338,20 @@ def resolve_zone(explicit: str | None) -> tuple[zoneinfo.ZoneInfo, str]:
             raise ValueError(
                 f"time-context: invalid IANA timeZone {json.dumps(explicit, ensure_ascii=False)}"
             ) from exc
+    key = system_zone_key()
     try:
-        return _load_zone(system_zone_key())
+        return _load_zone(key)
     except Exception as exc:
-        raise ValueError("time-context: failed to resolve the system time zone") from exc
+        tz = os.environ.get("TZ")
+        if tz:
+            raise ValueError(
+                f"time-context: TZ={json.dumps(tz, ensure_ascii=False)} is not an IANA time zone; "
+                "set TZ=Area/City or timeZone in the config"
+            ) from exc
+        raise ValueError(
+            f"time-context: failed to resolve the system time zone ({key!r} from /etc/localtime); "
+            "set TZ=Area/City or timeZone in the config"
+        ) from exc
 
 
 # -- the plugin ------------------------------------------------------------------------------

@@ -500,10 +500,12 @@ def _plugin_failure(plugin: object, exc: BaseException) -> str:
     name = getattr(plugin, "name", None)
     if not isinstance(name, str) or not name:
         name = getattr(plugin, "__name__", "plugin")
+    # Plugins conventionally prefix their own errors ("time-context: ..."); do not double it,
+    # nor put the exception's class name in front of a message that already names the plugin.
+    own = _one_line(str(exc))
+    if own.startswith(f"{name}:"):
+        return own
     text = _describe(exc)
-    # Plugins conventionally prefix their own errors ("time-context: ..."); do not double it.
-    if text.startswith(f"{name}:"):
-        return text
     return f"{name}: {text}"
 
 
