@@ -49,6 +49,16 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from dsh import _json
 from dsh.persistence._paths import encode_session_id
+from dsh.persistence._v0 import (
+    check_header,
+    corrupt,
+    encode_event_lines,
+    header_line,
+    make_header,
+    parse_header,
+    restore_log,
+    scan_event_lines,
+)
 from dsh.persistence.base import (
     InvalidSessionId,
     SessionExists,
@@ -62,16 +72,6 @@ from dsh.persistence.base import (
     UnsupportedVersion,
 )
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
-from dsh.persistence.jsonl import (
-    check_header,
-    corrupt,
-    encode_event_lines,
-    header_line,
-    make_header,
-    parse_header,
-    restore_log,
-    scan_event_lines,
-)
 from dsh.runtime.config import ConfigError
 from dsh.session import Event, Session, decode_event, encode_event
 

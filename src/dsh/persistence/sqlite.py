@@ -38,6 +38,17 @@ from dsh.persistence._fold import (
 )
 from dsh.persistence._locks import WriterLock, acquire
 from dsh.persistence._paths import encode_session_id, ensure_private_dir
+from dsh.persistence._v0 import (
+    check_header,
+    corrupt,
+    encode_event_lines,
+    gc_paused,
+    header_line,
+    make_header,
+    parse_header,
+    restore_log,
+    scan_event_lines,
+)
 from dsh.persistence.base import (
     SessionExists,
     SessionInfo,
@@ -50,17 +61,6 @@ from dsh.persistence.base import (
     UnsupportedVersion,
 )
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
-from dsh.persistence.jsonl import (
-    check_header,
-    corrupt,
-    encode_event_lines,
-    gc_paused,
-    header_line,
-    make_header,
-    parse_header,
-    restore_log,
-    scan_event_lines,
-)
 from dsh.session import Event, Session, encode_event
 from dsh.session.log import RawEvents
 
