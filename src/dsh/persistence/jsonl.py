@@ -21,7 +21,6 @@ Plugin: ``name = "jsonl-sessions"``, config ``{root}`` (required), provides ``se
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -33,22 +32,23 @@ from typing import Any
 
 import msgspec
 
-from dsh.persistence._fold import MIN_EVENTS, Fold, line_starts, read_fold, remove_fold, write_fold
-from dsh.persistence._locks import WriterLock, acquire
+from dsh.persistence._fold import Fold, line_starts, read_fold, remove_fold, write_fold
+from dsh.persistence._local import LocalStore, Parsed, Tracked
+from dsh.persistence._locks import WriterLock
 from dsh.persistence._paths import (
     cwd_bucket,
     encode_session_id,
     ensure_private_dir,
     fsync_dir,
     is_bucket_name,
+    remove_stale_temps,
+    unlink_quietly,
     write_all,
 )
 from dsh.persistence._v0 import (
     check_header,
-    encode_event_lines,
     gc_paused,
     header_line,
-    make_header,
     parse_header,
     restore_log,
     scan_event_lines,
@@ -57,11 +57,8 @@ from dsh.persistence.base import (
     CorruptSessionLog,
     SessionExists,
     SessionInfo,
-    SessionLocked,
     SessionModified,
     SessionNotFound,
-    SessionStore,
-    StoredSession,
     StoreError,
 )
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
@@ -81,49 +78,38 @@ _TAIL_BYTES = 256
 # -- the store -------------------------------------------------------------------------------
 
 
-@dataclass
-class _OpenLog:
-    """A session this store writes: its lock, its file and how much of it is durable."""
+@dataclass(kw_only=True)
+class _OpenLog(Tracked):
+    """A session this store writes: its file and how much of it is durable."""
 
-    header: dict[str, Any]
     header_line: bytes
     path: str
-    lock: WriterLock
-    count: int = 0
     size: int = 0
     fd: int | None = None  # None until materialised
-    broken: StoreError | None = None
     identity: tuple[int, int] = (0, 0)
     """``(st_dev, st_ino)`` of the file this writer appends to."""
     tail: bytes = b""
     """The last bytes this writer wrote (or found) at the end of the file."""
 
 
-@dataclass
-class _ParsedLog:
-    header: dict[str, Any]
-    events: Sequence[Event]
-    """The preserved events, then the closers (when repairing)."""
-    session: Session
-    closers: list[Event]
+@dataclass(kw_only=True)
+class _ParsedLog(Parsed):
+    path: str
     kept_end: int  # byte offset just past the last preserved line
-    size: int
     raw: bytes
     starts: Callable[[], array[int]]
     """Where each preserved event line starts, then ``kept_end`` (computed on demand)."""
-    folded: int = 0
-    """How many events a fold snapshot covered (0: none was used)."""
 
 
-class JsonlStore(SessionStore):
+class JsonlStore(LocalStore[_OpenLog, _ParsedLog]):
     """Session logs as JSONL files under ``root`` (see the module docstring)."""
 
     kind = "jsonl"
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
+        super().__init__()
         self.root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.lock_dir = os.path.join(self.root, ".locks")
-        self._open: dict[str, _OpenLog] = {}
 
     def __repr__(self) -> str:
         return f"JsonlStore({self.root!r})"
@@ -158,43 +144,26 @@ class JsonlStore(SessionStore):
             )
         return found[0]
 
+    def _persisted(self, session_id: str) -> bool:
+        return bool(self._find(session_id))
+
+    def _require(self, session_id: str) -> None:
+        self._find_one(session_id)
+
     # -- writing -----------------------------------------------------------------------------
 
-    async def create(self, header: dict[str, Any]) -> None:
-        clean = make_header(header)
-        session_id: str = clean["id"]
-        if session_id in self._open:
-            raise SessionExists(f'session "{session_id}" already exists in this backend')
-        lock = acquire(self.lock_dir, session_id)
-        try:
-            if self._find(session_id):
-                raise SessionExists(
-                    f'session "{session_id}" already has a persisted log on disk; '
-                    "load/resume it instead of creating"
-                )
-            path = self.locate(clean)
-            assert path is not None
-        except BaseException:
-            lock.release()
-            raise
-        self._open[session_id] = _OpenLog(clean, header_line(clean), path, lock)
+    def _track_new(self, header: dict[str, Any], lock: WriterLock) -> _OpenLog:
+        path = self.locate(header)
+        assert path is not None
+        return _OpenLog(header=header, header_line=header_line(header), path=path, lock=lock)
 
-    async def append(self, session_id: str, events: Sequence[Event], *, sync: bool = True) -> None:
-        entry = self._open.get(session_id)
-        if entry is None:
-            raise StoreError(f'session "{session_id}" is not open in this backend')
-        if entry.broken is not None:
-            raise entry.broken.with_traceback(None)
-        lines = encode_event_lines(session_id, events, entry.count)
-        if not lines:
-            return
+    def _write(self, entry: _OpenLog, events: Sequence[Event], lines: list[bytes], sync: bool) -> None:
         payload = b"\n".join(lines) + b"\n"
         if entry.fd is None:
             self._materialise(entry, payload)
         else:
-            self._check_unchanged(session_id, entry)
+            self._check_unchanged(str(entry.header["id"]), entry)
             self._append_bytes(entry, payload, sync=sync)
-        entry.count += len(lines)
 
     def _check_unchanged(self, session_id: str, entry: _OpenLog) -> None:
         """Refuse to append unless the file is exactly as this writer left it.
@@ -224,7 +193,7 @@ class JsonlStore(SessionStore):
     def _materialise(self, entry: _OpenLog, payload: bytes) -> None:
         directory = os.path.dirname(entry.path)
         ensure_private_dir(directory)
-        _remove_stale_temps(entry.path)
+        remove_stale_temps(entry.path)
         temp = f"{entry.path}.{secrets.token_hex(6)}.tmp"
         data = entry.header_line + b"\n" + payload
         # Read-write: the foreign-writer check reads back the last bytes written.
@@ -246,10 +215,10 @@ class JsonlStore(SessionStore):
         except BaseException:
             os.close(fd)
             if published:
-                _unlink_quietly(entry.path)
-            _unlink_quietly(temp)
+                unlink_quietly(entry.path)
+            unlink_quietly(temp)
             raise
-        _unlink_quietly(temp)
+        unlink_quietly(temp)
         entry.fd = fd  # O_APPEND on the published inode: later appends go through it
         entry.size = len(data)
         stat = os.fstat(fd)
@@ -282,7 +251,8 @@ class JsonlStore(SessionStore):
 
     # -- loading -----------------------------------------------------------------------------
 
-    def _parse(self, path: str, session_id: str, *, repair: bool) -> _ParsedLog:
+    def _parse(self, session_id: str, *, repair: bool) -> _ParsedLog:
+        path = self._find_one(session_id)
         with open(path, "rb") as file:
             raw = file.read()
         header_end = raw.find(b"\n") + 1
@@ -306,14 +276,15 @@ class JsonlStore(SessionStore):
         else:
             kept_end = header_end + sum(len(line) + 1 for line in kept)
         return _ParsedLog(
-            header,
-            events + closers if closers else events,
-            session,
-            closers,
-            kept_end,
-            len(raw),
-            raw,
-            lambda: line_starts(header_end, kept),
+            header=header,
+            events=events + closers if closers else events,
+            session=session,
+            closers=closers,
+            torn_bytes=len(raw) - kept_end,
+            path=path,
+            kept_end=kept_end,
+            raw=raw,
+            starts=lambda: line_starts(header_end, kept),
         )
 
     def _parse_after_fold(
@@ -358,107 +329,74 @@ class JsonlStore(SessionStore):
             return starts[:-1] + line_starts(fold.size, kept)
 
         return _ParsedLog(
-            header,
-            session.events,
-            session,
-            closers,
-            kept_end,
-            len(raw),
-            raw,
-            all_starts,
-            folded,
+            header=header,
+            events=session.events,
+            session=session,
+            closers=closers,
+            torn_bytes=len(raw) - kept_end,
+            folded=folded,
+            path=path,
+            kept_end=kept_end,
+            raw=raw,
+            starts=all_starts,
         )
 
-    def _refresh_fold(self, path: str, parsed: _ParsedLog, closers: bytes) -> None:
-        """Write a snapshot of the loaded log when one would spare the next load real work.
+    def _fix_tail(self, session_id: str, parsed: _ParsedLog, lock: WriterLock) -> _OpenLog:
+        path = parsed.path
+        remove_stale_temps(path)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            size = parsed.kept_end
+            if parsed.torn_bytes:
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+            if parsed.closers:
+                payload = _closer_bytes(parsed.closers)
+                try:
+                    write_all(fd, payload)
+                    os.fsync(fd)
+                except BaseException:
+                    os.ftruncate(fd, size)
+                    raise
+                size += len(payload)
+            stat = os.fstat(fd)
+            tail = os.pread(fd, min(size, _TAIL_BYTES), max(0, size - _TAIL_BYTES))
+        except BaseException:
+            os.close(fd)
+            raise
+        return _OpenLog(
+            header=parsed.header,
+            header_line=parsed.raw[: parsed.raw.index(b"\n")],
+            path=path,
+            lock=lock,
+            count=len(parsed.events),
+            size=size,
+            fd=fd,
+            identity=(stat.st_dev, stat.st_ino),
+            tail=tail,
+        )
 
-        Only for logs of :data:`MIN_EVENTS` or more whose last event is a ``turn/end`` (so a
-        resume from it needs no look back into the prefix), and only when the snapshot in place
-        does not already cover nearly all of it.
-        """
+    def _write_fold(self, session_id: str, parsed: _ParsedLog) -> None:
         session = parsed.session
         count = len(session)
-        if count < MIN_EVENTS or count - parsed.folded < 64:
-            return
-        if session.events[count - 1].type != "turn/end":
-            return
         starts = parsed.starts()
         position = starts[-1]
         for event in parsed.closers:
             position += len(encode_event(event)) + 1
             starts.append(position)
         key = hashlib.sha1(memoryview(parsed.raw)[: parsed.kept_end], usedforsecurity=False)
-        key.update(closers)
+        key.update(_closer_bytes(parsed.closers))
         surface, messages, generation, last_turn, open_turn = session.fold_state()
         assert open_turn is None and len(starts) == count + 1
         fold = Fold(
             position, key.digest(), starts.tobytes(), surface, messages, generation, last_turn
         )
-        write_fold(path + _FOLD_SUFFIX, fold)
+        write_fold(parsed.path + _FOLD_SUFFIX, fold)
 
-    async def load(self, session_id: str) -> StoredSession:
-        if session_id in self._open:
-            raise SessionExists(f'session "{session_id}" already exists in this backend')
-        self._find_one(session_id)  # fail fast, creating nothing, when there is no log
-        lock = acquire(self.lock_dir, session_id)
-        try:
-            path = self._find_one(session_id)  # again under the lock
-            parsed = self._parse(path, session_id, repair=True)
-            _remove_stale_temps(path)
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
-            payload = b""
-            try:
-                size = parsed.kept_end
-                if parsed.size > size:
-                    os.ftruncate(fd, size)
-                    os.fsync(fd)
-                if parsed.closers:
-                    payload = b"".join(encode_event(event) + b"\n" for event in parsed.closers)
-                    try:
-                        write_all(fd, payload)
-                        os.fsync(fd)
-                    except BaseException:
-                        os.ftruncate(fd, size)
-                        raise
-                    size += len(payload)
-                stat = os.fstat(fd)
-                tail = os.pread(fd, min(size, _TAIL_BYTES), max(0, size - _TAIL_BYTES))
-            except BaseException:
-                os.close(fd)
-                raise
-        except BaseException:
-            lock.release()
-            raise
-        self._refresh_fold(path, parsed, payload)
-        events = parsed.events
-        self._open[session_id] = _OpenLog(
-            parsed.header,
-            parsed.raw[: parsed.raw.index(b"\n")],
-            path,
-            lock,
-            count=len(events),
-            size=size,
-            fd=fd,
-            identity=(stat.st_dev, stat.st_ino),
-            tail=tail,
-        )
-        return StoredSession(
-            header=parsed.header,
-            events=events,
-            repaired=len(parsed.closers),
-            truncated_bytes=parsed.size - parsed.kept_end,
-            session=parsed.session,
-        )
-
-    async def read(self, session_id: str) -> StoredSession:
-        parsed = self._parse(self._find_one(session_id), session_id, repair=False)
-        return StoredSession(header=parsed.header, events=parsed.events, session=parsed.session)
-
-    async def export(self, session_id: str) -> bytes:
-        parsed = self._parse(self._find_one(session_id), session_id, repair=False)
+    def _committed_bytes(self, parsed: _ParsedLog) -> bytes:
         return parsed.raw[: parsed.kept_end]
 
-    async def list(self, *, limit: int | None = None, offset: int = 0) -> list[SessionInfo]:
+    def _list(self, limit: int | None, offset: int) -> list[SessionInfo]:
         infos: list[SessionInfo] = []
         try:
             buckets = sorted(os.listdir(self.root))
@@ -481,47 +419,23 @@ class JsonlStore(SessionStore):
         end = None if limit is None else offset + limit
         return infos[offset:end]
 
-    async def remove(self, session_id: str) -> None:
-        if session_id in self._open:
-            raise SessionLocked(session_id)
-        lock = acquire(self.lock_dir, session_id)
-        try:
-            found = self._find(session_id)
-            if not found:
-                raise SessionNotFound(session_id)
-            for path in found:
-                os.unlink(path)
-                remove_fold(path + _FOLD_SUFFIX)
-                _remove_stale_temps(path)
-                fsync_dir(os.path.dirname(path))
-        finally:
-            lock.release()
+    def _delete(self, session_id: str) -> None:
+        found = self._find(session_id)
+        if not found:
+            raise SessionNotFound(session_id)
+        for path in found:
+            os.unlink(path)
+            remove_fold(path + _FOLD_SUFFIX)
+            remove_stale_temps(path)
+            fsync_dir(os.path.dirname(path))
 
-    # -- tracking ----------------------------------------------------------------------------
+    def _untrack(self, entry: _OpenLog) -> None:
+        if entry.fd is not None:
+            os.close(entry.fd)
 
-    def stored_count(self, session_id: str) -> int | None:
-        entry = self._open.get(session_id)
-        return None if entry is None else entry.count
 
-    async def release(self, session_id: str) -> None:
-        entry = self._open.pop(session_id, None)
-        if entry is None:
-            return
-        try:
-            if entry.fd is not None:
-                os.close(entry.fd)
-        finally:
-            entry.lock.release()
-
-    async def close(self) -> None:
-        errors: list[Exception] = []
-        for session_id in list(self._open):
-            try:
-                await self.release(session_id)
-            except Exception as exc:
-                errors.append(exc)
-        if errors:
-            raise ExceptionGroup("jsonl store close failed", errors)
+def _closer_bytes(closers: list[Event]) -> bytes:
+    return b"".join(encode_event(event) + b"\n" for event in closers)
 
 
 def _file_line(index: int) -> tuple[str, str]:
@@ -553,24 +467,6 @@ def _peek(path: str) -> SessionInfo | None:
         log.debug("skipping %s in session list: %s", path, exc)
         return None
     return SessionInfo(header=header, location=path, modified_ms=stat.st_mtime_ns // 1_000_000)
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
-def _remove_stale_temps(final: str) -> None:
-    """Drop ``<final>.<hex>.tmp`` files a crashed writer left (the caller holds the lock)."""
-    directory, base = os.path.split(final)
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    prefix = base + "."
-    for entry in names:
-        if entry.startswith(prefix) and entry.endswith(".tmp") and len(entry) == len(base) + 17:
-            _unlink_quietly(os.path.join(directory, entry))
 
 
 # -- plugin ----------------------------------------------------------------------------------
