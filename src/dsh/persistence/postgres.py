@@ -873,7 +873,6 @@ class PostgresStore(SessionStore):
         head = parsed.header_line.encode()
         return b"".join(line + b"\n" for line in [head, *parsed.lines])
 
-    export_lines = export
     """The name the PostgreSQL issue gave :meth:`export`."""
 
     async def import_session(self, header: Mapping[str, Any], events: Sequence[Event]) -> None:
