@@ -293,13 +293,8 @@ async def remove(store: SessionStore, args: argparse.Namespace) -> int:
     return 0
 
 
-def export_bytes(stored: StoredSession) -> bytes:
-    lines = [header_line(stored.header)] + [encode_event(e) for e in stored.events]
-    return b"\n".join(lines) + b"\n"
-
-
 async def export(store: SessionStore, args: argparse.Namespace) -> int:
-    data = export_bytes(await store.read(args.id))
+    data = await store.export(args.id)  # the stored bytes, byte-exact (nothing re-encoded)
     if args.output:
         # A session log is private wherever it is copied: a new file is 0600 whatever the umask.
         fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -313,31 +308,17 @@ async def export(store: SessionStore, args: argparse.Namespace) -> int:
 
 async def import_file(args: argparse.Namespace) -> int:
     from dsh.cli import UsageError, open_store
-    from dsh.session import decode_event
+    from dsh.persistence._v0 import parse_log
 
     try:
         with open(args.file, "rb") as handle:
             raw = handle.read()
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
-    lines = raw.split(b"\n")
-    try:
-        header = _json.decode(lines[0])
-        events = [decode_event(line) for line in lines[1:] if line]
-        if not isinstance(header, dict) or header.get("type") != "session":
-            raise ValueError("first line is not a session header")
-        header = {k: v for k, v in header.items() if k != "type"}
-        Session.restore(str(header["id"]), events, header=header)
-    except Exception as exc:
-        raise StoreError(f"corrupt session log: {exc} ({args.file})") from None
+    header, events = parse_log(raw, args.file)  # the reference's corruption texts
     store, ctx = await open_store(args)
     try:
-        await store.create(header)
-        try:
-            if events:
-                await store.append(str(header["id"]), events)
-        finally:
-            await store.release(str(header["id"]))
+        await store.import_session(header, events)
     finally:
         await ctx.dispose()
     print(f"imported {header['id']} ({len(events)} events)")

@@ -37,6 +37,7 @@ __all__ = [
     "header_line",
     "make_header",
     "parse_header",
+    "parse_log",
     "restore_log",
     "scan_event_lines",
 ]
@@ -342,3 +343,25 @@ def restore_log(
 
 
 _SEED_ERROR = re.compile(r"invalid seed event at index (\d+): (.*)", re.DOTALL)
+
+
+def parse_log(raw: bytes, where: str) -> tuple[dict[str, Any], list[Event]]:
+    """The header and committed events of a whole JSONL v0 log held in memory (an exported
+    file), checked as a read checks it: the reference's corruption texts, the torn tail
+    dropped, nothing repaired."""
+    header_end = raw.find(b"\n") + 1
+    if not header_end:
+        raise CorruptSessionLog(f"empty or header-less session log: {where}")
+    header = parse_header(raw[: header_end - 1], where)
+    session_id = header["id"]
+    check_header(header, session_id, where)
+    lines = raw[header_end:].split(b"\n")
+    lines.pop()  # after the last newline: empty, or a torn line
+
+    def position(index: int) -> tuple[str, str]:
+        return f"line {index + 1}", f", file line {index + 2}"
+
+    with gc_paused():
+        events = scan_event_lines(lines, where, position, blob=raw)
+        restore_log(session_id, header, events, where, repair=False, position=position)
+    return header, events

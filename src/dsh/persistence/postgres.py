@@ -873,8 +873,6 @@ class PostgresStore(SessionStore):
         head = parsed.header_line.encode()
         return b"".join(line + b"\n" for line in [head, *parsed.lines])
 
-    """The name the PostgreSQL issue gave :meth:`export`."""
-
     async def import_session(self, header: Mapping[str, Any], events: Sequence[Event]) -> None:
         """Persist a whole session taken from another store (``read`` of any backend).
 
