@@ -41,11 +41,20 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
 import msgspec
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from dsh._extras import missing_extra
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.rows import TupleRow
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+except ModuleNotFoundError as exc:  # an optional extra
+    error = missing_extra("the PostgreSQL session store (postgres-sessions)", exc)
+    if error is None:
+        raise
+    raise error from None
 
 from dsh import _json
 from dsh.persistence._paths import encode_session_id
