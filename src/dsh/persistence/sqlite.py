@@ -65,7 +65,7 @@ from dsh.persistence.base import (
 )
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
 from dsh.session import Event, Session, encode_event
-from dsh.session.log import RawEvents
+from dsh.session.raw import RawEvents
 
 __all__ = ["SCHEMA_VERSION", "Config", "SqliteStore", "apply", "inject", "name"]
 

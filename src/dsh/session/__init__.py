@@ -13,7 +13,8 @@ from dsh.session.event import (
     to_json,
 )
 from dsh.session.fork import ForkError, fork_session
-from dsh.session.log import SESSION_FORMAT_VERSION, EventLog, Session, SessionIndex
+from dsh.session.log import SESSION_FORMAT_VERSION, Session, SessionIndex
+from dsh.session.raw import EventLog
 from dsh.session.repair import INTERRUPTED_TOOL_TEXT, interrupted_turn_closers
 
 __all__ = [
