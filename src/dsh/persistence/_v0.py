@@ -27,6 +27,7 @@ from dsh.persistence.base import (
 )
 from dsh.session import Event, InvalidEventError, Session, encode_event, interrupted_turn_closers
 from dsh.session.event import check_surface_fields, check_vocabulary, restore_key_order
+from dsh.session.raw import RawEvents
 
 __all__ = [
     "Position",
@@ -213,6 +214,49 @@ def gc_paused() -> Iterator[None]:
         gc.enable()
 
 
+class Envelope(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    forbid_unknown_fields=True,
+    rename={"source_event_seqs": "sourceEventSeqs", "surface_op": "surfaceOp"},
+):
+    """An event line checked like :class:`~dsh.session.Event` without building its ``data``."""
+
+    type: str
+    seq: int
+    time: int
+    data: msgspec.Raw
+    source_event_seqs: list[int] | None = None
+    surface_op: str | dict[str, Any] | None = None
+
+
+LAZY_TYPES = frozenset({"assistant/chunk", "step/start", "step/end", "tool/call", "turn/end"})
+"""Log-only types whose data neither the fold nor the load checks read (the others are decoded
+at load: surface messages, ``turn/start``, ``request/header``, plugin types)."""
+
+_ENVELOPE_DECODER = msgspec.json.Decoder(Envelope)
+
+
+def _decode_lazily(lines: Sequence[bytes]) -> list[Event | None]:
+    """Envelope-check every line; fully decode the ones whose type is not lazy."""
+    out: list[Any] = []
+    append = out.append
+    decode = _ENVELOPE_DECODER.decode
+    lazy = LAZY_TYPES
+    for line in lines:
+        try:
+            envelope = decode(line)
+        except Exception:
+            append(None)
+            continue
+        if envelope.type in lazy and envelope.surface_op is None:
+            append(envelope)
+        else:
+            append(_decode_or_none(line))
+    return out
+
+
 def _decode_or_none(line: bytes) -> Event | None:
     try:
         return _EVENT_DECODER.decode(line)
@@ -236,6 +280,7 @@ def scan_event_lines(
     *,
     blob: bytes | None = None,
     first: int = 0,
+    lazy: bool = False,
 ) -> list[Event]:
     """Decode event lines and return the preserved prefix (contracts §2.3, "Load and scan").
 
@@ -246,15 +291,23 @@ def scan_event_lines(
     everything after is torn tail. ``blob`` (all lines' bytes) speeds up the ``-0`` check.
     ``first`` is the index of ``lines[0]`` in the log, when the lines before it were checked
     already (they end at a ``turn/end``, so the committed region is decided by these lines).
+
+    With ``lazy``, events the fold never reads (see :data:`LAZY_TYPES`) come back as
+    :class:`Envelope` items: their line was checked exactly as a full decode checks it (JSON
+    syntax, every envelope type, no unknown key) but ``data`` was not built. The caller keeps
+    their lines and decodes them on first access.
     """
     count = len(lines)
     decoded: list[Event | None]
-    try:
-        decoded = list(map(_EVENT_DECODER.decode, lines))
-    except Exception:
-        decoded = [_decode_or_none(line) for line in lines]
+    if lazy:
+        decoded = _decode_lazily(lines)
+    else:
+        try:
+            decoded = list(map(_EVENT_DECODER.decode, lines))
+        except Exception:
+            decoded = [_decode_or_none(line) for line in lines]
     for index, event in enumerate(decoded):
-        if event is not None and (
+        if type(event) is Event and (
             event.surface_first
             or (event.surface_op is not None and event.source_event_seqs is not None)
         ):
@@ -309,6 +362,7 @@ def restore_log(
     repair: bool,
     position: Position | None = None,
     base: Session | None = None,
+    raw: RawEvents | None = None,
 ) -> tuple[Session, list[Event]]:
     """Validate a scanned prefix as a session (surface rules) and compute its crash closers.
 
@@ -321,11 +375,16 @@ def restore_log(
     closers: list[Event] = []
     if repair:
         try:
-            closers = interrupted_turn_closers(events)
+            closers = interrupted_turn_closers(
+                events if raw is None else _last_turn(events, raw)
+            )
         except (AttributeError, TypeError, KeyError) as exc:
             raise corrupt(where, f"cannot close the interrupted turn ({exc})") from None
     try:
-        if base is None:
+        if base is None and raw is not None:
+            session = Session.from_scan(session_id, events, raw, header=header)
+            session.extend(closers)
+        elif base is None:
             session = Session.restore(
                 session_id, events + closers if closers else events, header=header
             )
@@ -340,6 +399,20 @@ def restore_log(
             reason, where = f"invalid event at {at}: {found.group(2)}", where + extra
         raise corrupt(where, reason) from None
     return session, closers
+
+
+def _last_turn(items: Sequence[Event | Envelope], raw: RawEvents) -> list[Event]:
+    """The events from the last turn boundary on, decoded (all a crash closer looks at: a
+    ``turn/start`` or ``turn/end`` resets everything before it)."""
+    start = 0
+    for index in range(len(items) - 1, -1, -1):
+        if items[index].type in ("turn/start", "turn/end"):
+            start = index
+            break
+    return [
+        item if type(item) is Event else raw.decode(index)
+        for index, item in enumerate(items[start:], start)
+    ]
 
 
 _SEED_ERROR = re.compile(r"invalid seed event at index (\d+): (.*)", re.DOTALL)

@@ -264,27 +264,32 @@ class JsonlStore(LocalStore[_OpenLog, _ParsedLog]):
         if found is not None:
             return self._parse_after_fold(path, session_id, raw, header, found, repair=repair)
         event_lines = raw[header_end:].split(b"\n")
-        torn = event_lines.pop()  # after the last newline: empty, or a torn line
+        event_lines.pop()  # after the last newline: empty, or a torn line
         with gc_paused():
-            events = scan_event_lines(event_lines, path, _file_line, blob=raw)
+            # Log-only events the fold never reads stay as their (checked) lines until used.
+            events = scan_event_lines(event_lines, path, _file_line, blob=raw, lazy=True)
+            kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
+            starts = line_starts(header_end, kept)
             session, closers = restore_log(
-                session_id, header, events, path, repair=repair, position=_file_line
+                session_id,
+                header,
+                events,
+                path,
+                repair=repair,
+                position=_file_line,
+                raw=RawEvents([raw], starts),
             )
-        kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
-        if len(events) == len(event_lines):
-            kept_end = len(raw) - len(torn)
-        else:
-            kept_end = header_end + sum(len(line) + 1 for line in kept)
+        kept_end = starts[-1]
         return _ParsedLog(
             header=header,
-            events=events + closers if closers else events,
+            events=session.events,
             session=session,
             closers=closers,
             torn_bytes=len(raw) - kept_end,
             path=path,
             kept_end=kept_end,
             raw=raw,
-            starts=lambda: line_starts(header_end, kept),
+            starts=lambda: array("Q", starts),
         )
 
     def _parse_after_fold(

@@ -153,6 +153,42 @@ class Session:
             event = self._events[index] = self._raw.decode(index)
         return event
 
+    @classmethod
+    def from_scan(
+        cls,
+        id: str,
+        items: Sequence[Any],
+        raw: RawEvents,
+        *,
+        header: Mapping[str, Any] | None,
+    ) -> Session:
+        """A session over a whole scanned log: ``items`` are decoded events, or envelopes (an
+        object with ``type, seq, time, source_event_seqs, surface_op`` but no data) of
+        log-only events whose lines ``raw`` holds and whose data nothing here reads; those are
+        checked as :meth:`extend` checks them and decoded on first access."""
+        session = cls(id, header=header)
+        session._raw = raw
+        events = session._events
+        for event in items:
+            if type(event) is Event:
+                session.extend((event,))
+                continue
+            index = len(events)
+            try:
+                if event.seq != index:
+                    raise InvalidEventError(f"seq {event.seq} does not match its index {index}")
+                if event.time < 0:
+                    raise InvalidEventError(f"time {event.time} must be a non-negative integer")
+                session._check_transition(
+                    event.type, event.seq, event.surface_op, event.source_event_seqs
+                )
+            except (InvalidEventError, TypeError, KeyError) as exc:
+                raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
+            events.append(None)  # type: ignore[arg-type]  # resolved by _event
+            if event.type == "turn/end":
+                session._open_turn = None
+        return session
+
     def extend(self, events: Iterable[Event]) -> None:
         """Commit events of a replayed log after those already held, without publishing them.
 
