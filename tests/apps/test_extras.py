@@ -7,8 +7,8 @@ Python raises for a missing package.
 
 from __future__ import annotations
 
-import sys
 import subprocess
+import sys
 from pathlib import Path
 
 from tests.apps.conftest import dsh_env, run_dsh

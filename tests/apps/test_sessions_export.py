@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from dsh.persistence.jsonl import JsonlStore
 from tests.apps.conftest import run_dsh
 from tests.persistence.store_support import make_session, persist
-
-from dsh.persistence.jsonl import JsonlStore
 
 
 def _log_with_foreign_spelling(root: Path) -> tuple[str, Path]:
