@@ -287,8 +287,9 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
                 db.text_factory = str
         first = 0 if base is None else len(base)
         lines: list[bytes] = [line for _, line in rows]
+        lazy = base is None  # log-only events stay as their rows' lines until used
         with gc_paused():
-            events = scan_event_lines(lines, where, _row_number, first=first)
+            events = scan_event_lines(lines, where, _row_number, first=first, lazy=lazy)
             for index, event in enumerate(events):
                 if rows[index][0] != event.seq:  # the key column disagrees with the line
                     raise corrupt(
@@ -296,15 +297,20 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
                         f"row {first + index + 1} is keyed seq {rows[index][0]} "
                         f"but its line holds seq {event.seq}",
                     )
+            kept = lines[: len(events)]
+            raw = None
+            if lazy:
+                at = line_starts(len(line_of_header) + 1, kept)
+                raw = RawEvents(kept, at, per=1, bases=at.tolist()[:-1])
             session, closers = restore_log(
-                session_id, header, events, where, repair=repair, position=_row_number, base=base
+                session_id, header, events, where, repair=repair, position=_row_number,
+                base=base, raw=raw,
             )
         torn = sum(len(line) for line in lines[len(events) :])
-        kept = lines[: len(events)]
         prefix = parts if parts is not None else [line_of_header + b"\n"]
         return _Parsed(
             header=header,
-            events=session.events if base is not None else (events + closers if closers else events),
+            events=session.events,
             session=session,
             closers=closers,
             torn_bytes=torn,
