@@ -64,6 +64,11 @@ async def test_lazy_events_read_back_with_the_same_values(tmp_path: Path) -> Non
         b'{"type":"step/end","seq":SEQ,"time":-1,"data":{}}',  # negative time
         b'{"type":"tool/call","seq":SEQ,"time":1,"data":{},"surfaceOp":"append"}',
         b'{"type":"turn/end","seq":99,"time":1,"data":{}}',  # seq gap
+        # What skipping data does not check by itself: UTF-8 inside strings, float overflow.
+        b'{"type":"assistant/chunk","seq":SEQ,"time":1,"data":{"t":"\x80"}}',
+        b'{"type":"assistant/chunk","seq":SEQ,"time":1,"data":{"t":"\xed\xa0\x80"}}',
+        b'{"type":"assistant/chunk","seq":SEQ,"time":1,"data":{"v":1.5e999}}',
+        b'{"type":"assistant/chunk","seq":SEQ,"time":1,"data":{"v":1' + b"0" * 320 + b'.0}}',
     ],
 )
 async def test_a_broken_lazy_line_fails_as_the_eager_scan_does(tmp_path: Path, broken: bytes) -> None:

@@ -81,11 +81,10 @@ def digest_parts(*parts: bytes) -> bytes:
 def line_starts(first: int, lines: list[bytes]) -> array[int]:
     """Where each of ``lines`` starts when laid out from ``first`` with a newline after each,
     then where the last one ends (one more entry than ``lines``)."""
-    return array("Q", accumulate(map(len, lines), _after_line, initial=first))
+    return array("Q", accumulate(map(_PLUS_ONE, map(len, lines)), initial=first))
 
 
-def _after_line(position: int, length: int) -> int:
-    return position + length + 1
+_PLUS_ONE = (1).__add__
 
 
 def load_fold(path: str) -> tuple[Fold, array[int]] | None:

@@ -10,6 +10,7 @@ column hold exactly these bytes, so every backend accepts, refuses and repairs t
 from __future__ import annotations
 
 import gc
+import operator
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -236,25 +237,59 @@ LAZY_TYPES = frozenset({"assistant/chunk", "step/start", "step/end", "tool/call"
 at load: surface messages, ``turn/start``, ``request/header``, plugin types)."""
 
 _ENVELOPE_DECODER = msgspec.json.Decoder(Envelope)
+_SEQ_OF = operator.attrgetter("seq")
 
 
 def _decode_lazily(lines: Sequence[bytes]) -> list[Event | None]:
     """Envelope-check every line; fully decode the ones whose type is not lazy."""
-    out: list[Any] = []
-    append = out.append
     decode = _ENVELOPE_DECODER.decode
+    out: list[Any]
+    try:
+        out = list(map(decode, lines))
+    except Exception:
+        out = [_envelope_or_none(line) for line in lines]
     lazy = LAZY_TYPES
-    for line in lines:
-        try:
-            envelope = decode(line)
-        except Exception:
-            append(None)
-            continue
-        if envelope.type in lazy and envelope.surface_op is None:
-            append(envelope)
-        else:
-            append(_decode_or_none(line))
+    for index, envelope in enumerate(out):
+        if envelope is not None and (envelope.type not in lazy or envelope.surface_op is not None):
+            event = _decode_or_none(lines[index])
+            if event is not None and (
+                event.surface_first
+                or (event.surface_op is not None and event.source_event_seqs is not None)
+            ):
+                try:
+                    event = restore_key_order(event, lines[index])
+                except msgspec.ValidationError:  # a line spelling out "surface_first"
+                    event = None
+            out[index] = event
     return out
+
+
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _skipping_is_exact(blob: bytes) -> bool:
+    """Whether skipping ``data`` (:class:`Envelope`) accepts exactly the lines a full decode
+    accepts, for every line in ``blob``.
+
+    Skipping checks JSON syntax but neither UTF-8 inside strings nor float overflow (``1e999``,
+    a 309-digit literal), which the full decode refuses. So: the text must be valid UTF-8, and
+    hold no digit followed by ``e``/``E`` nor a 300-digit run (strings included, so a false
+    alarm only costs the eager scan).
+    """
+    if not blob.isascii():
+        try:
+            blob.decode()
+        except UnicodeDecodeError:
+            return False
+    digits = blob.translate(_DIGITS_TO_ZERO)
+    return b"0e" not in digits and b"0E" not in digits and b"0" * 300 not in digits
+
+
+def _envelope_or_none(line: bytes) -> Envelope | None:
+    try:
+        return _ENVELOPE_DECODER.decode(line)
+    except Exception:
+        return None
 
 
 def _decode_or_none(line: bytes) -> Event | None:
@@ -299,7 +334,8 @@ def scan_event_lines(
     """
     count = len(lines)
     decoded: list[Event | None]
-    if lazy:
+    haystack = blob if blob is not None else b"\n".join(lines)
+    if lazy and _skipping_is_exact(haystack):
         decoded = _decode_lazily(lines)
     else:
         try:
@@ -307,6 +343,8 @@ def scan_event_lines(
         except Exception:
             decoded = [_decode_or_none(line) for line in lines]
     for index, event in enumerate(decoded):
+        if lazy:
+            break  # _decode_lazily restored the key order of the lines it decoded
         if type(event) is Event and (
             event.surface_first
             or (event.surface_op is not None and event.source_event_seqs is not None)
@@ -315,7 +353,6 @@ def scan_event_lines(
                 decoded[index] = restore_key_order(event, lines[index])
             except msgspec.ValidationError:  # a line spelling out "surface_first"
                 decoded[index] = None
-    haystack = blob if blob is not None else b"\n".join(lines)
     if _json.may_hold_negative_zero(haystack):
         for index, line in enumerate(lines):
             if (
@@ -331,6 +368,9 @@ def scan_event_lines(
             last_end = index
             break
     kept = count
+    # The usual log: every line parsed and numbered in order (two C-level passes).
+    if None not in decoded and list(map(_SEQ_OF, decoded)) == list(range(first, first + count)):
+        return decoded  # type: ignore[return-value]  # no None left
     for index, item in enumerate(decoded):
         if item is None:
             if index <= last_end:

@@ -169,24 +169,30 @@ class Session:
         session = cls(id, header=header)
         session._raw = raw
         events = session._events
-        for event in items:
+        append = events.append
+        for index, event in enumerate(items):
             if type(event) is Event:
-                session.extend((event,))
-                continue
-            index = len(events)
-            try:
-                if event.seq != index:
-                    raise InvalidEventError(f"seq {event.seq} does not match its index {index}")
-                if event.time < 0:
-                    raise InvalidEventError(f"time {event.time} must be a non-negative integer")
-                session._check_transition(
-                    event.type, event.seq, event.surface_op, event.source_event_seqs
-                )
-            except (InvalidEventError, TypeError, KeyError) as exc:
-                raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
-            events.append(None)  # type: ignore[arg-type]  # resolved by _event
-            if event.type == "turn/end":
-                session._open_turn = None
+                session._extend_one(event, index)
+            elif event.seq == index and event.time >= 0 and event.source_event_seqs is None:
+                # A log-only type without surfaceOp (the store's rule for lazy lines): the
+                # remaining checks are the ones above; only turn/end changes the fold.
+                append(None)  # type: ignore[arg-type]  # resolved by _event
+                if event.type == "turn/end":
+                    session._open_turn = None
+            else:
+                try:
+                    if event.seq != index:
+                        raise InvalidEventError(f"seq {event.seq} does not match its index {index}")
+                    if event.time < 0:
+                        raise InvalidEventError(f"time {event.time} must be a non-negative integer")
+                    session._check_transition(
+                        event.type, event.seq, event.surface_op, event.source_event_seqs
+                    )
+                except (InvalidEventError, TypeError, KeyError) as exc:
+                    raise InvalidEventError(
+                        f"invalid seed event at index {index}: {_reason(exc)}"
+                    ) from None
+                raise AssertionError("a lazy line the store should have decoded")  # pragma: no cover
         return session
 
     def extend(self, events: Iterable[Event]) -> None:
@@ -196,17 +202,19 @@ class Session:
         leaves the events before it committed.
         """
         for event in events:
-            index = len(self._events)
-            try:
-                if event.seq != index:
-                    raise InvalidEventError(f"seq {event.seq} does not match its index {index}")
-                if event.time < 0:
-                    raise InvalidEventError(f"time {event.time} must be a non-negative integer")
-                check_vocabulary(event.type, event.data)
-                self._check_transition(event.type, event.seq, event.surface_op, event.source_event_seqs)
-            except (InvalidEventError, TypeError, KeyError) as exc:
-                raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
-            self._commit(event)
+            self._extend_one(event, len(self._events))
+
+    def _extend_one(self, event: Event, index: int) -> None:
+        try:
+            if event.seq != index:
+                raise InvalidEventError(f"seq {event.seq} does not match its index {index}")
+            if event.time < 0:
+                raise InvalidEventError(f"time {event.time} must be a non-negative integer")
+            check_vocabulary(event.type, event.data)
+            self._check_transition(event.type, event.seq, event.surface_op, event.source_event_seqs)
+        except (InvalidEventError, TypeError, KeyError) as exc:
+            raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
+        self._commit(event)
 
     # -- reading -----------------------------------------------------------------------------
 
