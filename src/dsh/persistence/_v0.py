@@ -19,6 +19,12 @@ from typing import Any
 import msgspec
 
 from dsh import _json
+from dsh.persistence._lines import (
+    Envelope,
+    decode_lazily,
+    decode_or_none,
+    skipping_is_exact,
+)
 from dsh.persistence._paths import encode_session_id
 from dsh.persistence.base import (
     AppendSeqMismatch,
@@ -46,6 +52,7 @@ __all__ = [
 
 _HEADER_OPTIONALS = (("cwd", str), ("parentSession", str), ("seedLength", int))
 _EVENT_DECODER = msgspec.json.Decoder(Event)
+_SEQ_OF = operator.attrgetter("seq")
 
 
 # -- header ----------------------------------------------------------------------------------
@@ -215,90 +222,6 @@ def gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-class Envelope(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    forbid_unknown_fields=True,
-    rename={"source_event_seqs": "sourceEventSeqs", "surface_op": "surfaceOp"},
-):
-    """An event line checked like :class:`~dsh.session.Event` without building its ``data``."""
-
-    type: str
-    seq: int
-    time: int
-    data: msgspec.Raw
-    source_event_seqs: list[int] | None = None
-    surface_op: str | dict[str, Any] | None = None
-
-
-LAZY_TYPES = frozenset({"assistant/chunk", "step/start", "step/end", "tool/call", "turn/end"})
-"""Log-only types whose data neither the fold nor the load checks read (the others are decoded
-at load: surface messages, ``turn/start``, ``request/header``, plugin types)."""
-
-_ENVELOPE_DECODER = msgspec.json.Decoder(Envelope)
-_SEQ_OF = operator.attrgetter("seq")
-
-
-def _decode_lazily(lines: Sequence[bytes]) -> list[Event | None]:
-    """Envelope-check every line; fully decode the ones whose type is not lazy."""
-    decode = _ENVELOPE_DECODER.decode
-    out: list[Any]
-    try:
-        out = list(map(decode, lines))
-    except Exception:
-        out = [_envelope_or_none(line) for line in lines]
-    lazy = LAZY_TYPES
-    for index, envelope in enumerate(out):
-        if envelope is not None and (envelope.type not in lazy or envelope.surface_op is not None):
-            event = _decode_or_none(lines[index])
-            if event is not None and (
-                event.surface_first
-                or (event.surface_op is not None and event.source_event_seqs is not None)
-            ):
-                try:
-                    event = restore_key_order(event, lines[index])
-                except msgspec.ValidationError:  # a line spelling out "surface_first"
-                    event = None
-            out[index] = event
-    return out
-
-
-_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
-
-
-def _skipping_is_exact(blob: bytes) -> bool:
-    """Whether skipping ``data`` (:class:`Envelope`) accepts exactly the lines a full decode
-    accepts, for every line in ``blob``.
-
-    Skipping checks JSON syntax but neither UTF-8 inside strings nor float overflow (``1e999``,
-    a 309-digit literal), which the full decode refuses. So: the text must be valid UTF-8, and
-    hold no digit followed by ``e``/``E`` nor a 300-digit run (strings included, so a false
-    alarm only costs the eager scan).
-    """
-    if not blob.isascii():
-        try:
-            blob.decode()
-        except UnicodeDecodeError:
-            return False
-    digits = blob.translate(_DIGITS_TO_ZERO)
-    return b"0e" not in digits and b"0E" not in digits and b"0" * 300 not in digits
-
-
-def _envelope_or_none(line: bytes) -> Envelope | None:
-    try:
-        return _ENVELOPE_DECODER.decode(line)
-    except Exception:
-        return None
-
-
-def _decode_or_none(line: bytes) -> Event | None:
-    try:
-        return _EVENT_DECODER.decode(line)
-    except Exception:
-        return None
-
-
 Position = Callable[[int], tuple[str, str]]
 """Where event ``i`` is: the reference's wording (``line i+1``, ``row i+1``) and an extra locator."""
 
@@ -327,7 +250,7 @@ def scan_event_lines(
     ``first`` is the index of ``lines[0]`` in the log, when the lines before it were checked
     already (they end at a ``turn/end``, so the committed region is decided by these lines).
 
-    With ``lazy``, events the fold never reads (see :data:`LAZY_TYPES`) come back as
+    With ``lazy``, events the fold never reads (see :data:`~dsh.persistence._lines.LAZY_TYPES`) come back as
     :class:`Envelope` items: their line was checked exactly as a full decode checks it (JSON
     syntax, every envelope type, no unknown key) but ``data`` was not built. The caller keeps
     their lines and decodes them on first access.
@@ -335,13 +258,13 @@ def scan_event_lines(
     count = len(lines)
     decoded: list[Event | None]
     haystack = blob if blob is not None else b"\n".join(lines)
-    if lazy and _skipping_is_exact(haystack):
-        decoded = _decode_lazily(lines)
+    if lazy and skipping_is_exact(haystack):
+        decoded = decode_lazily(lines)
     else:
         try:
             decoded = list(map(_EVENT_DECODER.decode, lines))
         except Exception:
-            decoded = [_decode_or_none(line) for line in lines]
+            decoded = [decode_or_none(line) for line in lines]
     for index, event in enumerate(decoded):
         if lazy:
             break  # _decode_lazily restored the key order of the lines it decoded
