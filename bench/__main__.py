@@ -11,7 +11,8 @@ Usage::
 Workloads (each module's docstring says exactly what is timed): ``resume_100k``
 (:mod:`bench.resume`), ``append`` and ``derive_incremental`` (:mod:`bench.append`), ``loop``
 (:mod:`bench.agent_loop`), ``prestep_depth`` (:mod:`bench.prestep_depth`), ``pg_append``
-(:mod:`bench.pg_append`). The fleet run is separate: ``python -m bench.fleet_pg``.
+(:mod:`bench.pg_append`), ``startup`` (:mod:`bench.startup`), ``store_loop_lag``
+(:mod:`bench.store_lag`). The fleet run is separate: ``python -m bench.fleet_pg``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import agent_loop, append, pg_append, prestep_depth, resume
+from bench import agent_loop, append, pg_append, prestep_depth, resume, startup, store_lag
 from bench._util import machine
 
 Runner = Callable[[bool], dict[str, Any]]
@@ -36,6 +37,8 @@ WORKLOADS: dict[str, Runner] = {
     "loop": agent_loop.run,
     "prestep_depth": prestep_depth.run,
     "pg_append": pg_append.run,
+    "startup": startup.run,
+    "store_loop_lag": store_lag.run,
 }
 
 
@@ -192,6 +195,19 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 )
             )
         out.append(Row("prestep: 10^6 / 10^3 (x)", r["ratio"], "x", "lower", 2, 125, 3_980))
+    r = results.get("startup")
+    if r:
+        out += [
+            Row("startup: process start to ready. (s)", r["ready_seconds"], "s", "lower", 0.25),
+            Row("startup: / bare python -c pass (x)", r["ratio_vs_bare_python"], "x", "lower"),
+        ]
+    r = results.get("store_loop_lag")
+    if r:
+        out += [
+            Row("store: longest loop stall during flushes (ms)", r["max_stall_ms"], "ms", "lower"),
+            Row("store: one write+fsync, median (ms)", r["fsync_ms"], "ms", "lower"),
+            Row("store: longest stall / one fsync (x)", r["stall_vs_fsync"], "x", "lower", 1),
+        ]
     r = results.get("pg_append")
     if r:
         for kind in ("postgres", "sqlite", "jsonl"):

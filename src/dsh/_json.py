@@ -12,6 +12,7 @@ bytes) no longer compares equal to the input, so one C-level ``==`` rejects it.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -64,7 +65,7 @@ def snapshot(value: Any) -> tuple[Any, bytes]:
     copy = _decoder.decode(encoded)
     # ``-0.0 == 0.0`` survives the equality check, so look for it in the bytes; a hit is rare
     # (only a string containing "-0" or a real negative zero) and falls back to the exact walk.
-    if copy != value or (b"-0" in encoded and not _is_lossless(value, set())):
+    if copy != value or (may_hold_negative_zero(encoded) and not _is_lossless(value, set())):
         raise NotLosslessJSON("value is not lossless JSON")
     return copy, encoded
 
@@ -77,3 +78,44 @@ def is_lossless(value: Any) -> bool:
 def dumps(value: Any) -> str:
     """Compact JSON text, as the reference's ``JSON.stringify`` writes it."""
     return _encoder.encode(value).decode()
+
+
+def may_hold_negative_zero(text: bytes) -> bool:
+    """Whether compact JSON ``text`` has ``-0`` where a number could start (``:-0``, ``,-0``,
+    ``[-0`` or at the very start): the cheap test before an exact check.
+
+    One pass over the ``-0`` hits (dates put thousands in a long log); past a cap, three
+    substring scans are cheaper than the Python loop.
+    """
+    find = text.find
+    at = find(b"-0")
+    hits = 0
+    while at != -1:
+        if not at or text[at - 1] in b":,[":
+            return True
+        hits += 1
+        if hits > 50_000:
+            return any(hint in text for hint in (b":-0", b",-0", b"[-0"))
+        at = find(b"-0", at + 2)
+    return False
+
+
+def has_negative_zero(text: bytes) -> bool:
+    """Whether a JSON text holds a ``-0`` number token (strings are never looked at).
+
+    Every durable-line reader and writer asks this one function (after
+    :func:`may_hold_negative_zero`): ``-0`` is valid JSON that the reference cannot round-trip.
+    """
+    found = False
+
+    def number(token: str) -> int:
+        nonlocal found
+        if token.startswith("-") and float(token) == 0:
+            found = True
+        return 0
+
+    try:
+        json.loads(text, parse_int=number, parse_float=number)
+    except (ValueError, RecursionError):
+        return False
+    return found

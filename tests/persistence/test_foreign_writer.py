@@ -201,8 +201,9 @@ def test_dsh_chat_reports_one_line_and_leaves_the_file_alone(tmp_path: Path) -> 
     left = log.read_bytes()
     chat.send("second\n")
     chat.read_until("\n> ", count=3)
-    _, out, err = chat.close()
+    rc, out, err = chat.close()
     assert "[main turn 2]" in out  # the conversation goes on, in memory only
+    assert rc == 1  # a run whose session stopped being saved is a runtime failure
     [session_id] = [json.loads(left.splitlines()[0])["id"]]
     assert err.splitlines() == [f"dsh: {MODIFIED.format(session_id)}"]
     assert log.read_bytes() == left

@@ -569,7 +569,6 @@ async def test_ids_postgres_cannot_hold_are_refused(pg: PostgresStore) -> None:
             await pg.create({"version": 0, "id": bad, "createdAt": 1})
         with pytest.raises(InvalidSessionId):
             await pg.read(bad)
-    assert PostgresStore.export_lines is PostgresStore.export
 
 
 async def test_writer_that_lost_its_lock_stops(pg: PostgresStore, schema: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import time_machine
 from tests.fixtures import FIXTURES
+from tests.plugins._pairing import tool_pairing_depths
 
 from dsh.agent import Agent, AgentOptions
 from dsh.llm.types import LlmError
@@ -28,7 +29,7 @@ from dsh.plugins.compact import (
     summarizer_prompt,
 )
 from dsh.runtime import AbortController, Context
-from dsh.session import Event, Session, project, tool_pairing_depths
+from dsh.session import Event, Session, project
 from dsh.testing import Reply, ScriptedAdapter, mount_agent_loop
 from dsh.tools import define_tool
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from tests.fixtures import FIXTURES
+from tests.plugins._pairing import tool_pairing_depths
 
 from dsh.plugins import compact
 from dsh.plugins.compact import (
@@ -29,7 +30,7 @@ from dsh.plugins.compact import (
 from dsh.plugins.time_context import TimeContext
 from dsh.runtime import ConfigError, Context
 from dsh.runtime.config import validate_config
-from dsh.session import Session, tool_pairing_depths
+from dsh.session import Session
 
 needs_fixtures = pytest.mark.skipif(
     not FIXTURES.is_dir(), reason="reference fixtures not available"

@@ -19,8 +19,8 @@ import uuid
 from typing import Any
 
 from dsh import _clock
+from dsh.persistence._v0 import parse_header, restore_log, scan_event_lines
 from dsh.persistence.base import CorruptSessionLog, SessionStore, StoreError
-from dsh.persistence.jsonl import parse_header, restore_log, scan_event_lines
 from dsh.session import Event, Session, decode_event
 
 

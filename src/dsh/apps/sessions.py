@@ -333,13 +333,8 @@ async def remove(store: SessionStore, args: argparse.Namespace) -> int:
     return 0
 
 
-def export_bytes(stored: StoredSession) -> bytes:
-    lines = [header_line(stored.header)] + [encode_event(e) for e in stored.events]
-    return b"\n".join(lines) + b"\n"
-
-
 async def export(store: SessionStore, args: argparse.Namespace) -> int:
-    data = export_bytes(await store.read(args.id))
+    data = await store.export(args.id)  # the stored bytes, byte-exact (nothing re-encoded)
     if args.output:
         # A session log is private wherever it is copied: a new file is 0600 whatever the umask.
         fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)

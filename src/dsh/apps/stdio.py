@@ -160,7 +160,14 @@ class StdioApp:
         self._stop_input: Callable[[], None] | None = None
         # The reason of the last turn this run ended (dsh chat's exit status comes from it).
         self.last_turn_reason: dict[str, Any] | None = None
+        # The store stopped writing this session (another program wrote to it): exit 1.
+        self.persist_stopped = False
         ctx.defer(ctx.on("session/event", self._on_event))
+        ctx.defer(ctx.on("session/persist-stopped", self._on_persist_stopped))
+
+    def _on_persist_stopped(self, session_id: str, error: object) -> None:
+        if session_id == self.agent.session.id:
+            self.persist_stopped = True
 
     def _on_event(self, session: Session, event: Event) -> None:
         if event.type == "turn/end" and session is self.agent.session:
@@ -169,9 +176,10 @@ class StdioApp:
 
     @property
     def failed(self) -> bool:
-        """Whether the last turn of this run ended in error (``dsh chat`` then exits 1)."""
+        """Whether the last turn of this run ended in error, or the session stopped being
+        saved (``dsh chat`` then exits 1)."""
         reason = self.last_turn_reason
-        return reason is not None and reason.get("kind") == "error"
+        return self.persist_stopped or (reason is not None and reason.get("kind") == "error")
 
     @property
     def session_id(self) -> str:

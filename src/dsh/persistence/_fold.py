@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import os
 from array import array
+from itertools import accumulate
 from typing import Any
 
 import msgspec
@@ -80,13 +81,10 @@ def digest_parts(*parts: bytes) -> bytes:
 def line_starts(first: int, lines: list[bytes]) -> array[int]:
     """Where each of ``lines`` starts when laid out from ``first`` with a newline after each,
     then where the last one ends (one more entry than ``lines``)."""
-    starts = array("Q", [first])
-    position = first
-    append = starts.append
-    for line in lines:
-        position += len(line) + 1
-        append(position)
-    return starts
+    return array("Q", accumulate(map(_PLUS_ONE, map(len, lines)), initial=first))
+
+
+_PLUS_ONE = (1).__add__
 
 
 def load_fold(path: str) -> tuple[Fold, array[int]] | None:

@@ -13,6 +13,7 @@ inside the bucket: nothing can escape the store's root.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 
@@ -129,3 +130,21 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def remove_stale_temps(final: str) -> None:
+    """Drop ``<final>.<hex>.tmp`` files a crashed writer left (the caller holds the lock)."""
+    directory, base = os.path.split(final)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    prefix = base + "."
+    for entry in names:
+        if entry.startswith(prefix) and entry.endswith(".tmp") and len(entry) == len(base) + 17:
+            unlink_quietly(os.path.join(directory, entry))

@@ -11,7 +11,7 @@ work while another process writes.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +178,22 @@ class SessionStore(abc.ABC):
         lines = [to_json({"type": "session", **stored.header}).encode()]
         lines.extend(encode_event(event) for event in stored.events)
         return b"\n".join(lines) + b"\n"
+
+    async def import_session(self, header: Mapping[str, Any], events: Sequence[Event]) -> None:
+        """Persist a whole session taken from another store or an exported file.
+
+        Checked as ``create`` and ``append`` check (the header normalised, seqs contiguous from
+        0, every line lossless); the id must not be persisted here. Events keep their exact
+        lines, so an export from here is byte-identical to the source. An empty log writes
+        nothing, as a never-flushed session leaves nothing.
+        """
+        session_id = str(header.get("id"))
+        await self.create(dict(header))
+        try:
+            if events:
+                await self.append(session_id, list(events))
+        finally:
+            await self.release(session_id)
 
     def follow(self, session_id: str, after_seq: int) -> AsyncIterator[Event] | None:
         """Events appended after ``after_seq`` by any process, live; ``None`` if unsupported."""

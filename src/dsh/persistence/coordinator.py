@@ -19,7 +19,8 @@ service announces sessions on the bus; the coordinator turns that into store cal
 - A store that finds the session changed by another program (:class:`SessionModified`) has
   stopped writing it: the coordinator logs its one line once, drops what is buffered and every
   later event of that session, and releases it on disposal without an error (the other
-  program's writes stay as they are; the conversation goes on in memory only).
+  program's writes stay as they are; the conversation goes on in memory only) and emits
+  ``session/persist-stopped(session_id, error)`` so an app can report the run as failed.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class PluginContext(Protocol):
 
     def defer(self, disposer: Callable[[], object]) -> None: ...
 
+    def emit(self, event: str, *args: Any) -> None: ...
+
 
 @dataclass
 class _SessionState:
@@ -71,8 +74,15 @@ class _SessionState:
 class WriteCoordinator:
     """Per-session buffers and cursors in front of one :class:`SessionStore`."""
 
-    def __init__(self, store: SessionStore, *, close_store: bool = True) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        close_store: bool = True,
+        on_stopped: Callable[[str, SessionModified], object] | None = None,
+    ) -> None:
         self.store = store
+        self.on_stopped = on_stopped
         self.close_store = close_store
         self._states: dict[str, _SessionState] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -175,6 +185,8 @@ class WriteCoordinator:
                 state.stopped = True
                 state.buffer = []
                 log.error("%s", exc)
+                if self.on_stopped is not None:
+                    self.on_stopped(state.session_id, exc)
                 return
             state.cursor = pending[-1].seq + 1
         # Events appended while the write was in flight stay buffered.
@@ -232,7 +244,11 @@ def mount_coordinator(
     Called by a store plugin's ``apply``; the listeners and the final drain belong to that
     plugin's fiber. With ``close_store`` the disposal also closes the store.
     """
-    coordinator = WriteCoordinator(store, close_store=close_store)
+    coordinator = WriteCoordinator(
+        store,
+        close_store=close_store,
+        on_stopped=lambda session_id, exc: ctx.emit("session/persist-stopped", session_id, exc),
+    )
     ctx.on("session/created", coordinator.on_created)
     ctx.on("session/event", coordinator.on_event)
     ctx.on("session/flush", coordinator.on_flush)

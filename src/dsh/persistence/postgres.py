@@ -32,25 +32,49 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
-import hashlib
 import os
-import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Final
+from typing import Annotated, Any
 
 import msgspec
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from dsh._extras import missing_extra
+
+try:
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.rows import TupleRow
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+except ModuleNotFoundError as exc:  # an optional extra
+    error = missing_extra("the PostgreSQL session store (postgres-sessions)", exc)
+    if error is None:
+        raise
+    raise error from None
 
 from dsh import _json
-from dsh.persistence._paths import encode_session_id
+from dsh.persistence._pg_sql import (
+    SCHEMA_VERSION,
+    Queries,
+    channel,
+    check_id,
+    column,
+    describe_target,
+    hash64,
+    one_line,
+    row_number,
+)
+from dsh.persistence._v0 import (
+    check_header,
+    corrupt,
+    encode_event_lines,
+    header_line,
+    make_header,
+    parse_header,
+    restore_log,
+    scan_event_lines,
+)
 from dsh.persistence.base import (
-    InvalidSessionId,
     SessionExists,
     SessionInfo,
     SessionLocked,
@@ -62,16 +86,6 @@ from dsh.persistence.base import (
     UnsupportedVersion,
 )
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
-from dsh.persistence.jsonl import (
-    check_header,
-    corrupt,
-    encode_event_lines,
-    header_line,
-    make_header,
-    parse_header,
-    restore_log,
-    scan_event_lines,
-)
 from dsh.runtime.config import ConfigError
 from dsh.session import Event, Session, decode_event, encode_event
 
@@ -106,229 +120,6 @@ class PostgresUnavailable(StoreError):
     """The server could not be reached; the text names host, port and database, never a password."""
 
 
-# -- schema ------------------------------------------------------------------------------------
-
-SCHEMA_VERSION: Final = 1
-"""The newest schema this code knows; a database at a newer version is refused, not guessed at."""
-
-_MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
-    (
-        1,
-        (
-            """
-            CREATE TABLE {schema}.sessions (
-                id text PRIMARY KEY,
-                version integer NOT NULL,
-                created_at bigint NOT NULL,
-                cwd text,
-                parent_session text,
-                seed_length integer,
-                header jsonb,
-                header_line text NOT NULL,
-                event_count bigint NOT NULL,
-                modified_ms bigint NOT NULL
-            )
-            """,
-            "CREATE INDEX sessions_newest ON {schema}.sessions (created_at DESC, id DESC)",
-            """
-            CREATE TABLE {schema}.events (
-                session_id text NOT NULL REFERENCES {schema}.sessions (id) ON DELETE CASCADE,
-                seq bigint NOT NULL,
-                type text NOT NULL,
-                time bigint NOT NULL,
-                data jsonb,
-                line text NOT NULL,
-                PRIMARY KEY (session_id, seq)
-            )
-            """,
-            # A statement trigger, so every insert path (append, repair, import, a hand-written
-            # INSERT) wakes followers, once per session per statement; NOTIFY is delivered on
-            # commit, so a woken follower always sees the rows. The payload is the session id
-            # (ids are capped well under NOTIFY's 8000-byte payload limit).
-            """
-            CREATE FUNCTION {schema}.notify_events() RETURNS trigger
-            LANGUAGE plpgsql AS $$
-            BEGIN
-                PERFORM pg_notify(TG_ARGV[0], s.session_id)
-                FROM (SELECT DISTINCT session_id FROM inserted) AS s;
-                RETURN NULL;
-            END
-            $$
-            """,
-            """
-            CREATE TRIGGER events_notify AFTER INSERT ON {schema}.events
-            REFERENCING NEW TABLE AS inserted
-            FOR EACH STATEMENT EXECUTE FUNCTION {schema}.notify_events({channel})
-            """,
-        ),
-    ),
-)
-
-# Rows whose JSON holds U+0000 cannot be jsonb (PostgreSQL refuses that escape), so their
-# jsonb column stays NULL; the text line is the record of truth and keeps them lossless.
-# The CASE runs per unnest row, never on a constant, so the planner cannot fold the cast early.
-_NUL_ESCAPE: Final = r"E'\\u0000'"
-
-_INSERT_EVENTS: Final = (
-    "INSERT INTO {schema}.events (session_id, seq, type, time, data, line) "
-    "SELECT head.id, e.seq, e.type, e.time, "
-    f"CASE WHEN strpos(e.line, {_NUL_ESCAPE}) = 0 THEN (e.line::jsonb) -> 'data' END, e.line "
-    # Binary parameters: in text format psycopg escapes every quote of every JSON line.
-    "FROM head, unnest(%(seqs)b::bigint[], %(types)b::text[], %(times)b::bigint[], "
-    "%(lines)b::text[]) AS e(seq, type, time, line)"
-)
-
-# An append is one statement, hence one transaction and one round trip. The CTE is the gate:
-# the first batch inserts the sessions row (or takes over one that load left with no events),
-# and a later batch bumps event_count; either only if the stored count still equals this
-# batch's first seq, so a racer that got there first makes the gate yield nothing. When the gate
-# yields no row, no event is inserted and the caller reports the mismatch. The events primary
-# key is the backstop that makes two racers fail rather than interleave.
-_APPEND_FIRST: Final = (
-    "WITH head AS ("
-    "INSERT INTO {schema}.sessions (id, version, created_at, cwd, parent_session, seed_length, "
-    "header, header_line, event_count, modified_ms) "
-    "VALUES (%(id)s, %(version)s, %(created_at)s, %(cwd)s, %(parent)s, %(seed_length)s, "
-    "%(header)s::jsonb, %(header_line)s, %(count)s, %(modified)s) "
-    "ON CONFLICT (id) DO UPDATE SET event_count = excluded.event_count, "
-    "modified_ms = excluded.modified_ms WHERE sessions.event_count = 0 RETURNING id) "
-    + _INSERT_EVENTS
-)
-_APPEND_NEXT: Final = (
-    "WITH head AS ("
-    "UPDATE {schema}.sessions SET event_count = %(count)s, modified_ms = %(modified)s "
-    "WHERE id = %(id)s AND event_count = %(first)s RETURNING id) " + _INSERT_EVENTS
-)
-
-
-@dataclass(frozen=True)
-class _Queries:
-    """Every statement, composed once per store with the schema identifier quoted."""
-
-    append_first: sql.Composed
-    append_next: sql.Composed
-    exists: sql.Composed
-    header: sql.Composed
-    events: sql.Composed
-    events_after: sql.Composed
-    listing: sql.Composed
-    delete: sql.Composed
-    truncate: sql.Composed
-    set_count: sql.Composed
-    listen: sql.Composed
-    version_table: sql.Composed
-    current_version: sql.Composed
-    create_schema: sql.Composed
-    create_version_table: sql.Composed
-    record_version: sql.Composed
-    migrations: tuple[tuple[int, tuple[sql.Composed, ...]], ...]
-
-    @classmethod
-    def build(cls, schema: str, channel: str) -> _Queries:
-        names = {"schema": sql.Identifier(schema), "channel": sql.Literal(channel)}
-
-        def q(text: str) -> sql.Composed:
-            # Every text is a constant of this module; only the schema and channel vary, and
-            # they go in as a quoted identifier and a literal, never spliced as text.
-            return sql.SQL(text).format(**names)
-
-        return cls(
-            append_first=q(_APPEND_FIRST),
-            append_next=q(_APPEND_NEXT),
-            exists=q("SELECT 1 FROM {schema}.sessions WHERE id = %s"),
-            header=q("SELECT header_line FROM {schema}.sessions WHERE id = %s"),
-            events=q("SELECT seq, line FROM {schema}.events WHERE session_id = %s ORDER BY seq"),
-            events_after=q(
-                "SELECT seq, line FROM {schema}.events WHERE session_id = %s AND seq > %s "
-                "ORDER BY seq"
-            ),
-            listing=q(
-                "SELECT header_line, modified_ms, event_count FROM {schema}.sessions "
-                "WHERE event_count > 0 ORDER BY created_at DESC, id DESC LIMIT %s OFFSET %s"
-            ),
-            delete=q("DELETE FROM {schema}.sessions WHERE id = %s"),
-            truncate=q("DELETE FROM {schema}.events WHERE session_id = %s AND seq >= %s"),
-            set_count=q(
-                "UPDATE {schema}.sessions SET event_count = %s, modified_ms = %s WHERE id = %s"
-            ),
-            listen=sql.SQL("LISTEN {}").format(sql.Identifier(channel)),
-            version_table=sql.SQL("SELECT to_regclass({})").format(
-                sql.Literal(_qualified(schema, "schema_version"))
-            ),
-            current_version=q("SELECT coalesce(max(version), 0) FROM {schema}.schema_version"),
-            create_schema=q("CREATE SCHEMA IF NOT EXISTS {schema}"),
-            create_version_table=q(
-                "CREATE TABLE IF NOT EXISTS {schema}.schema_version ("
-                "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-            ),
-            record_version=q("INSERT INTO {schema}.schema_version (version) VALUES (%s)"),
-            migrations=tuple(
-                (version, tuple(q(statement) for statement in statements))
-                for version, statements in _MIGRATIONS
-            ),
-        )
-
-
-def _qualified(schema: str, table: str) -> str:
-    """``"schema"."table"`` as text, for ``to_regclass`` (which parses a quoted name)."""
-    return '"{}"."{}"'.format(schema.replace('"', '""'), table.replace('"', '""'))
-
-
-def _hash64(*parts: str) -> int:
-    """A stable signed 64-bit key (the argument type of ``pg_advisory_lock``)."""
-    digest = hashlib.sha256("\x00".join(parts).encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def _channel(schema: str) -> str:
-    # NOTIFY channels are database-wide identifiers of at most 63 bytes; one per schema keeps
-    # stores in different schemas apart, hashed only when the readable name would not fit.
-    readable = f"{schema}.events"
-    if len(readable.encode()) <= 63:
-        return readable
-    return f"dsh.{hashlib.sha256(schema.encode()).hexdigest()[:16]}.events"
-
-
-# -- encoding and ids --------------------------------------------------------------------------
-#
-# The v0 line format (header line, checked event lines, the committed-region scan, crash
-# repair) is the JSONL store's, reused as the SQLite store does, so every backend accepts,
-# refuses and repairs the same logs with the same texts.
-
-
-def _row_number(index: int) -> tuple[str, str]:
-    """Where the event at ``index`` is: its 1-based row in seq order (row ``n`` holds seq n-1)."""
-    return f"row {index + 1}", ""
-
-
-def _check_id(session_id: object) -> str:
-    """``session_id`` if every store can hold it, else :class:`InvalidSessionId`.
-
-    The file stores' limits apply here too (so a session can always move to them), plus
-    PostgreSQL's own: ``text`` holds no NUL and no lone surrogate.
-    """
-    if type(session_id) is not str:
-        raise InvalidSessionId(f"session id must be a string, got {type(session_id).__name__}")
-    encode_session_id(session_id)
-    if "\x00" in session_id:
-        raise InvalidSessionId("session id must not contain NUL characters")
-    try:
-        session_id.encode()
-    except UnicodeEncodeError:
-        raise InvalidSessionId("session id is not valid Unicode text (lone surrogate)") from None
-    return session_id
-
-
-def _column(text: str | None) -> str | None:
-    """A projection column's copy of ``text``; NUL (which ``text`` refuses) becomes U+FFFD.
-
-    Only the queryable projections are lossy this way; the JSON lines keep the exact value.
-    """
-    if text is None or "\x00" not in text:
-        return text
-    return text.replace("\x00", "\ufffd")
-
-
 @dataclass
 class _Parsed:
     """A persisted session as scanned: the preserved prefix, its session and what load fixes."""
@@ -342,28 +133,6 @@ class _Parsed:
     rows: int
     """Rows stored; more than ``len(events)`` when a tail past the last turn/end is unusable."""
     torn_bytes: int
-
-
-# -- connection errors -------------------------------------------------------------------------
-
-
-def _describe_target(params: Mapping[str, str]) -> str:
-    """``host:port/db`` as libpq would resolve it (explicit values, then ``PG*`` defaults)."""
-    host = params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "localhost"
-    port = params.get("port") or os.environ.get("PGPORT") or "5432"
-    user = params.get("user") or os.environ.get("PGUSER") or getpass.getuser()
-    db = params.get("dbname") or os.environ.get("PGDATABASE") or user
-    return f"{host}:{port}/{db}"
-
-
-def _one_line(reason: str, secret: str | None) -> str:
-    """A libpq message as one line, with any password masked (known, or DSN-shaped)."""
-    if secret:
-        reason = reason.replace(secret, "***")
-    reason = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", reason)
-    reason = re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", reason, flags=re.I)
-    reason = re.sub(r"\s+", " ", reason).strip()
-    return reason.removeprefix("connection failed: ") or "connection failed"
 
 
 # -- the store ---------------------------------------------------------------------------------
@@ -415,7 +184,7 @@ class PostgresStore(SessionStore):
         try:
             params = conninfo_to_dict(dsn)
         except psycopg.ProgrammingError as exc:
-            raise StoreError(f"invalid PostgreSQL dsn: {_one_line(str(exc), None)}") from None
+            raise StoreError(f"invalid PostgreSQL dsn: {one_line(str(exc), None)}") from None
         extra: dict[str, Any] = {}
         if "connect_timeout" not in params:
             extra["connect_timeout"] = max(1, round(connect_timeout))
@@ -423,14 +192,14 @@ class PostgresStore(SessionStore):
             extra["application_name"] = "dsh"
         self.schema = schema
         self._conninfo = make_conninfo(dsn, **extra)
-        self._target = _describe_target({k: str(v) for k, v in params.items()})
+        self._target = describe_target({k: str(v) for k, v in params.items()})
         self._password = str(params["password"]) if params.get("password") else None
         self._pool_size = pool_size
         self._connect_timeout = connect_timeout
         self._follow_poll_s = follow_poll_s
-        self._channel = _channel(schema)
-        self._q = _Queries.build(schema, self._channel)
-        self._migrate_key = _hash64("dsh-migrate", schema)
+        self.channel = channel(schema)
+        self._q = Queries.build(schema, self.channel)
+        self._migrate_key = hash64("dsh-migrate", schema)
         self._pool: AsyncConnectionPool[Connection] | None = None
         self._ready_lock = asyncio.Lock()
         self._open: dict[str, _Open] = {}
@@ -490,7 +259,7 @@ class PostgresStore(SessionStore):
 
     def _unavailable(self, reason: str) -> PostgresUnavailable:
         return PostgresUnavailable(
-            f"cannot connect to PostgreSQL at {self._target}: {_one_line(reason, self._password)}"
+            f"cannot connect to PostgreSQL at {self._target}: {one_line(reason, self._password)}"
         )
 
     @contextlib.asynccontextmanager
@@ -552,7 +321,7 @@ class PostgresStore(SessionStore):
     # -- writer locks --------------------------------------------------------------------------
 
     def _lock_key(self, session_id: str) -> int:
-        return _hash64(self.schema, session_id)
+        return hash64(self.schema, session_id)
 
     async def _lock(self, session_id: str) -> Connection:
         """A dedicated connection holding the session's advisory lock, or :class:`SessionLocked`.
@@ -592,7 +361,7 @@ class PostgresStore(SessionStore):
 
     async def create(self, header: dict[str, Any]) -> None:
         clean = make_header(header)
-        session_id: str = _check_id(clean["id"])
+        session_id: str = check_id(clean["id"])
         if session_id in self._open:
             raise SessionExists(f'session "{session_id}" already exists in this backend')
         conn = await self._lock(session_id)
@@ -633,7 +402,7 @@ class PostgresStore(SessionStore):
                 # this writer must not carry on (the events above were not written).
                 raise StoreError(
                     f'session "{session_id}" lost the connection holding its writer lock '
-                    f"({_one_line(str(exc), self._password)}); load it again"
+                    f"({one_line(str(exc), self._password)}); load it again"
                 ) from None
             tracked.count += len(lines)
 
@@ -658,7 +427,7 @@ class PostgresStore(SessionStore):
             "count": first + len(events),
             "modified": events[-1].time,
             "seqs": [e.seq for e in events],
-            "types": [_column(e.type) for e in events],
+            "types": [column(e.type) for e in events],
             "times": [e.time for e in events],
             "lines": [line.decode() for line in lines],
         }
@@ -667,8 +436,8 @@ class PostgresStore(SessionStore):
             params.update(
                 version=header["version"],
                 created_at=header["createdAt"],
-                cwd=_column(header.get("cwd")),
-                parent=_column(header.get("parentSession")),
+                cwd=column(header.get("cwd")),
+                parent=column(header.get("parentSession")),
                 seed_length=header.get("seedLength"),
                 header=None if "\\u0000" in header_json else header_json,
                 header_line=line_of_header,
@@ -694,7 +463,7 @@ class PostgresStore(SessionStore):
         many were stored) rather than refused, exactly as a torn file tail is; committed rows
         are atomic, so only a hand edit produces one.
         """
-        _check_id(session_id)
+        check_id(session_id)
         where = self._where(session_id)
         # REPEATABLE READ: the header and the rows come from one snapshot, so a concurrent
         # first append cannot show a header without its rows.
@@ -708,14 +477,14 @@ class PostgresStore(SessionStore):
         header = parse_header(line_of_header.encode(), where)
         check_header(header, session_id, where)
         lines = [line.encode() for _, line in rows]
-        events = scan_event_lines(lines, where, _row_number)
+        events = scan_event_lines(lines, where, row_number)
         for index, event in enumerate(events):
             if rows[index][0] != event.seq:  # the key column disagrees with the line
                 raise corrupt(
                     where, f"row {index + 1} is keyed seq {rows[index][0]} but its line holds seq {event.seq}"
                 )
         session, closers = restore_log(
-            session_id, header, events, where, repair=repair, position=_row_number
+            session_id, header, events, where, repair=repair, position=row_number
         )
         kept = len(events)
         return _Parsed(
@@ -733,7 +502,7 @@ class PostgresStore(SessionStore):
         return f'postgresql://{self._target} schema "{self.schema}" (session "{session_id}")'
 
     async def load(self, session_id: str) -> StoredSession:
-        if _check_id(session_id) in self._open:
+        if check_id(session_id) in self._open:
             raise SessionExists(f'session "{session_id}" already exists in this backend')
         conn = await self._lock(session_id)
         try:
@@ -803,7 +572,7 @@ class PostgresStore(SessionStore):
             raise SessionLocked(session_id)
 
     async def remove(self, session_id: str) -> None:
-        if _check_id(session_id) in self._open:
+        if check_id(session_id) in self._open:
             raise SessionLocked(session_id)
         async with self._pooled() as conn, conn.transaction():
             await self._refuse_if_open(conn, session_id)
@@ -832,7 +601,7 @@ class PostgresStore(SessionStore):
         seconds) triggers a re-read of the rows after the last seen seq. It runs until the
         consumer closes it or the store closes, and owns one dedicated connection.
         """
-        return self._follow(_check_id(session_id), after_seq)
+        return self._follow(check_id(session_id), after_seq)
 
     async def _follow(self, session_id: str, after_seq: int) -> AsyncIterator[Event]:
         await self._ready()
@@ -873,9 +642,6 @@ class PostgresStore(SessionStore):
         head = parsed.header_line.encode()
         return b"".join(line + b"\n" for line in [head, *parsed.lines])
 
-    export_lines = export
-    """The name the PostgreSQL issue gave :meth:`export`."""
-
     async def import_session(self, header: Mapping[str, Any], events: Sequence[Event]) -> None:
         """Persist a whole session taken from another store (``read`` of any backend).
 
@@ -887,7 +653,7 @@ class PostgresStore(SessionStore):
         empty log writes nothing, as a never-flushed session leaves nothing.
         """
         clean = make_header(header)
-        session_id: str = _check_id(clean["id"])
+        session_id: str = check_id(clean["id"])
         lines = encode_event_lines(session_id, events, 0)
         restore_log(session_id, clean, list(events), f"import of {session_id!r}", repair=False)
         if not lines:

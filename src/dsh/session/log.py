@@ -14,11 +14,8 @@ an eagerly decoded log.
 from __future__ import annotations
 
 import logging
-from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, overload
-
-import msgspec
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from dsh import _clock, _json
 from dsh.session.derive import DerivedMessages, Message, project
@@ -28,12 +25,10 @@ from dsh.session.event import (
     InvalidEventError,
     check_surface_fields,
     check_vocabulary,
-    decode_event,
 )
+from dsh.session.raw import EventLog, RawEvents
 
 log = logging.getLogger("dsh.session")
-
-_LINES_DECODER = msgspec.json.Decoder(Event)
 
 SESSION_FORMAT_VERSION = 0
 
@@ -49,112 +44,6 @@ class SessionIndex(Protocol):
 
 
 IndexT = TypeVar("IndexT", bound=SessionIndex)
-
-
-class RawEvents:
-    """Validated event lines not decoded yet, held as a few large byte strings.
-
-    ``starts[i]`` is where line ``i`` starts in the log (``starts[-1]`` is where the last one
-    ends, plus its newline). The log's bytes are ``chunks``: chunk ``k`` holds lines
-    ``k * per`` up to ``(k + 1) * per`` and starts at log offset ``starts[k * per]`` (a JSONL
-    store passes the whole file as one chunk starting at 0 and ``per`` past the end).
-
-    A store builds it over bytes it has already checked (a fold snapshot's prefix), so decoding
-    a line here cannot fail on anything the load contract checks.
-    """
-
-    __slots__ = ("bases", "chunks", "per", "starts")
-
-    def __init__(
-        self,
-        chunks: list[bytes],
-        starts: array[int],
-        *,
-        per: int | None = None,
-        bases: list[int] | None = None,
-    ) -> None:
-        self.chunks = chunks
-        self.starts = starts
-        self.per = per if per is not None else len(starts)
-        self.bases = bases if bases is not None else [0]
-
-    def __len__(self) -> int:
-        return len(self.starts) - 1
-
-    def decode(self, index: int) -> Event:
-        starts = self.starts
-        chunk = index // self.per
-        base = self.bases[chunk]
-        return decode_event(self.chunks[chunk][starts[index] - base : starts[index + 1] - 1 - base])
-
-    def decode_all(self) -> list[Event]:
-        """Every line, decoded chunk by chunk in one call each (what a full scan costs)."""
-        starts, per, count = self.starts, self.per, len(self)
-        out: list[Event] = []
-        for chunk, (data, base) in enumerate(zip(self.chunks, self.bases, strict=True)):
-            low, high = chunk * per, min((chunk + 1) * per, count)
-            if low >= high:
-                break
-            view = memoryview(data)[starts[low] - base : starts[high] - base]
-            out.extend(_LINES_DECODER.decode_lines(view))
-        for index, event in enumerate(out):
-            if event.surface_op is not None and event.source_event_seqs is not None:
-                out[index] = self.decode(index)  # restores the line's key order
-        return out
-
-
-class EventLog(Sequence[Event]):
-    """Read-only view of the raw log in seq order."""
-
-    __slots__ = ("_events", "_session")
-
-    def __init__(self, events: list[Event], session: Session | None = None) -> None:
-        self._events = events
-        self._session = session if session is not None and session._raw is not None else None
-
-    def __len__(self) -> int:
-        return len(self._events)
-
-    @overload
-    def __getitem__(self, index: int) -> Event: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Event]: ...
-
-    def __getitem__(self, index: int | slice) -> Event | list[Event]:
-        if self._session is None:
-            return self._events[index]
-        if isinstance(index, slice):
-            return [self._session._event(i) for i in range(*index.indices(len(self._events)))]
-        if index < 0:
-            index += len(self._events)
-            if index < 0:
-                raise IndexError("event index out of range")
-        elif index >= len(self._events):
-            raise IndexError("event index out of range")
-        return self._session._event(index)
-
-    def __iter__(self) -> Iterator[Event]:
-        if self._session is not None:
-            # A full forward walk (an index being built, a listing) costs what a batch decode
-            # costs; one line at a time would cost three times that.
-            self._session._resolve_all()
-            self._session = None
-        return iter(self._events)
-
-    def __reversed__(self) -> Iterator[Event]:
-        if self._session is None:
-            return reversed(self._events)
-        return map(self._session._event, range(len(self._events) - 1, -1, -1))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, EventLog):
-            return list(self) == list(other)
-        if isinstance(other, (list, tuple)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 class Session:
@@ -264,6 +153,48 @@ class Session:
             event = self._events[index] = self._raw.decode(index)
         return event
 
+    @classmethod
+    def from_scan(
+        cls,
+        id: str,
+        items: Sequence[Any],
+        raw: RawEvents,
+        *,
+        header: Mapping[str, Any] | None,
+    ) -> Session:
+        """A session over a whole scanned log: ``items`` are decoded events, or envelopes (an
+        object with ``type, seq, time, source_event_seqs, surface_op`` but no data) of
+        log-only events whose lines ``raw`` holds and whose data nothing here reads; those are
+        checked as :meth:`extend` checks them and decoded on first access."""
+        session = cls(id, header=header)
+        session._raw = raw
+        events = session._events
+        append = events.append
+        for index, event in enumerate(items):
+            if type(event) is Event:
+                session._extend_one(event, index)
+            elif event.seq == index and event.time >= 0 and event.source_event_seqs is None:
+                # A log-only type without surfaceOp (the store's rule for lazy lines): the
+                # remaining checks are the ones above; only turn/end changes the fold.
+                append(None)  # type: ignore[arg-type]  # resolved by _event
+                if event.type == "turn/end":
+                    session._open_turn = None
+            else:
+                try:
+                    if event.seq != index:
+                        raise InvalidEventError(f"seq {event.seq} does not match its index {index}")
+                    if event.time < 0:
+                        raise InvalidEventError(f"time {event.time} must be a non-negative integer")
+                    session._check_transition(
+                        event.type, event.seq, event.surface_op, event.source_event_seqs
+                    )
+                except (InvalidEventError, TypeError, KeyError) as exc:
+                    raise InvalidEventError(
+                        f"invalid seed event at index {index}: {_reason(exc)}"
+                    ) from None
+                raise AssertionError("a lazy line the store should have decoded")  # pragma: no cover
+        return session
+
     def extend(self, events: Iterable[Event]) -> None:
         """Commit events of a replayed log after those already held, without publishing them.
 
@@ -271,17 +202,19 @@ class Session:
         leaves the events before it committed.
         """
         for event in events:
-            index = len(self._events)
-            try:
-                if event.seq != index:
-                    raise InvalidEventError(f"seq {event.seq} does not match its index {index}")
-                if event.time < 0:
-                    raise InvalidEventError(f"time {event.time} must be a non-negative integer")
-                check_vocabulary(event.type, event.data)
-                self._check_transition(event.type, event.seq, event.surface_op, event.source_event_seqs)
-            except (InvalidEventError, TypeError, KeyError) as exc:
-                raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
-            self._commit(event)
+            self._extend_one(event, len(self._events))
+
+    def _extend_one(self, event: Event, index: int) -> None:
+        try:
+            if event.seq != index:
+                raise InvalidEventError(f"seq {event.seq} does not match its index {index}")
+            if event.time < 0:
+                raise InvalidEventError(f"time {event.time} must be a non-negative integer")
+            check_vocabulary(event.type, event.data)
+            self._check_transition(event.type, event.seq, event.surface_op, event.source_event_seqs)
+        except (InvalidEventError, TypeError, KeyError) as exc:
+            raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
+        self._commit(event)
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -1,8 +1,7 @@
-"""Crash repair and tool pairing over a raw log.
+"""Crash repair over a raw log.
 
 Owns :func:`interrupted_turn_closers`, which closes a turn left open by a crash with the
-reference's exact synthetic events (contracts §1.8), and :func:`tool_pairing_depths`, the
-tool-call/tool-result balance that compaction uses to never split a pair (§1.9).
+reference's exact synthetic events (contracts §1.8).
 """
 
 from __future__ import annotations
@@ -70,29 +69,3 @@ def interrupted_turn_closers(events: Sequence[Event]) -> list[Event]:
         seq += 1
     closers.append(Event("turn/end", seq, time, {"turn": open_turn, "reason": {"kind": "interrupted"}}))
     return closers
-
-
-class ToolPairingError(ValueError):
-    """A surface whose tool results outnumber their calls."""
-
-
-def tool_pairing_depths(events: Sequence[Event], surface: Sequence[int]) -> list[int]:
-    """Depth before each surface node: +1 per tool-call block, -1 per tool result.
-
-    A cut before node ``i`` is balanced when ``depths[i] == 0``. ``depths`` has one more entry
-    than ``surface`` (the depth after the last node).
-    """
-    depth = 0
-    depths = [0]
-    for seq in surface:
-        event = events[seq]
-        if event.type == "assistant/message":
-            depth += sum(
-                1 for b in event.data.get("content") or () if type(b) is dict and b.get("type") == "tool-call"
-            )
-        elif event.type == "tool/result":
-            depth -= 1
-            if depth < 0:
-                raise ToolPairingError(f"tool/result at seq {seq} has no preceding tool call on the surface")
-        depths.append(depth)
-    return depths

@@ -23,18 +23,18 @@ import inspect
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import jsonschema
-import jsonschema.exceptions
-import jsonschema.protocols
-import jsonschema.validators
 import msgspec
 
 from dsh.runtime.abort import AbortController, AbortSignal
 from dsh.runtime.context import Context
 from dsh.runtime.keys import ServiceKey
 from dsh.tools.types import ContentBlock, Tool, ToolCall, ToolResult
+
+if TYPE_CHECKING:  # imported on the first tool call: it costs more than the rest of startup
+    import jsonschema.exceptions
+    import jsonschema.protocols
 
 __all__ = ["ApprovalGate", "Config", "ToolRegistry", "apply", "inject", "name"]
 
@@ -189,6 +189,10 @@ class ToolRegistry:
         cached = self._validators.get(tool.name)
         if cached is not None and cached[0] is tool:
             return cached[1]
+        import jsonschema
+        import jsonschema.exceptions
+        import jsonschema.validators
+
         schema = tool.parameters
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         validator: jsonschema.protocols.Validator | None
