@@ -123,16 +123,18 @@ async def test_events_appended_during_a_flush_stay_buffered(
     closed_turn(session, "one")
     real_append = store.append
     gate = asyncio.Event()
+    entered = asyncio.Event()
     calls: list[list[int]] = []
 
     async def slow(session_id: str, events: Sequence[Event], *, sync: bool = True) -> None:
         calls.append([e.seq for e in events])
+        entered.set()
         await gate.wait()
         await real_append(session_id, events, sync=sync)
 
     monkeypatch.setattr(store, "append", slow)
     first = asyncio.create_task(ctx.sessions.flush(session))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(entered.wait(), 30)  # the first write is in flight
     closed_turn(session, "two")  # lands while the first write is in flight
     second = asyncio.create_task(ctx.sessions.flush(session))  # serialised behind the first
     await asyncio.sleep(0.01)
