@@ -36,6 +36,7 @@ from dsh.apps import pipes
 from dsh.apps.escape import escape_controls, keep
 from dsh.apps.store_check import check_writable
 from dsh.llm import service as llm_plugin
+from dsh.plugins import turn_outcome
 from dsh.runtime import Context
 from dsh.session import Event, Session
 from dsh.tools import registry as tools_plugin
@@ -293,6 +294,9 @@ async def apply(ctx: Context, config: Config) -> None:
     for plugin, service in _SPINE:
         if not ctx.has(service):
             await ctx.plugin(plugin)
+    if not ctx.has("turn_outcome"):
+        # After a cancelled or failed turn, the next request says so (plain and terminal mode).
+        await ctx.plugin(turn_outcome)
     if not ctx.has("tools"):
         await ctx.plugin(tools_plugin, {"toolOrder": config.tool_order} if config.tool_order else None)
     if config.persona:
