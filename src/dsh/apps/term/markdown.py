@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 
+from markdown_it import MarkdownIt
 from rich.console import Console
 from rich.markdown import Markdown
 
@@ -76,6 +77,16 @@ class BlockSplitter:
         return text if text.strip() else None
 
 
+class _Markdown(Markdown):
+    """rich's Markdown with raw HTML read as text: rich drops HTML, so ``echo <text>`` in a reply
+    would lose ``<text>``."""
+
+    def __init__(self, markup: str) -> None:
+        super().__init__(markup, code_theme=CODE_THEME, hyperlinks=False)
+        parser = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
+        self.parsed = parser.parse(markup)
+
+
 def render_markdown(text: str, *, width: int, colour: bool) -> str:
     """``text`` as rich renders Markdown, ANSI-styled (no colour when ``colour`` is false)."""
     out = io.StringIO()
@@ -88,5 +99,5 @@ def render_markdown(text: str, *, width: int, colour: bool) -> str:
         highlight=False,
         emoji=False,
     )
-    console.print(Markdown(text, code_theme=CODE_THEME, hyperlinks=False))
+    console.print(_Markdown(text))
     return out.getvalue()
