@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import pty
+import select
+import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -81,3 +88,49 @@ class Terminal:
                 break
         self.child.close()
         return int(self.child.exitstatus if self.child.exitstatus is not None else -1)
+
+
+# A raw pseudo-terminal without a screen model (byte checks), as a shell would set one up.
+
+
+def _controlling_tty() -> None:
+    # A new session whose controlling terminal is the pty, as a shell would set up: only then
+    # does a typed Ctrl-C reach the process as SIGINT.
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class Pty:
+    def __init__(self, args: list[str], cwd: Path) -> None:
+        self.master, slave = pty.openpty()
+        env = dsh_env(TERM="xterm-256color", COLUMNS="120", LINES="40", PROMPT_TOOLKIT_NO_CPR="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "dsh", *args], cwd=cwd, env=env,
+                                     stdin=slave, stdout=slave, stderr=slave, preexec_fn=_controlling_tty)
+        os.close(slave)
+        self.screen = b""
+
+    def expect(self, needle: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while needle.encode() not in self.screen:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"timed out waiting for {needle!r}; screen: {self.screen[-2000:]!r}"
+            ready, _, _ = select.select([self.master], [], [], min(remaining, 0.2))
+            if ready:
+                try:
+                    self.screen += os.read(self.master, 65536)
+                except OSError:
+                    raise AssertionError(f"terminal closed; screen: {self.screen[-2000:]!r}") from None
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def wait(self, timeout: float = 30) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            assert time.monotonic() < deadline, "dsh did not exit"
+            if select.select([self.master], [], [], 0.1)[0]:
+                with contextlib.suppress(OSError):
+                    self.screen += os.read(self.master, 65536)
+        os.close(self.master)
+        return self.proc.returncode
+

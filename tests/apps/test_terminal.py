@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from tests.apps.conftest import session_files
-from tests.apps.pty_screen import Terminal
+from tests.apps.pty_screen import Pty, Terminal
+
+__all__ = ["Pty"]  # other pty tests import it from here
 from tests.llm.sse_server import Reply, SSEServer, chunk
 
 pytestmark = [pytest.mark.pty, pytest.mark.slow]

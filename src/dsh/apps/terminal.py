@@ -105,7 +105,6 @@ class TerminalUI:
             key_bindings=self._bindings(),
             full_screen=False,
             erase_when_done=True,
-            refresh_interval=0.1,
             color_depth=None if self.colour else ColorDepth.DEPTH_1_BIT,
         )
 
@@ -275,6 +274,13 @@ class TerminalUI:
             self.view(event)
             self.application.invalidate()
 
+    async def _tick(self) -> None:
+        """Animates the spinner while a turn runs; an idle screen is not redrawn."""
+        while True:
+            await asyncio.sleep(0.1)
+            if self._busy() or self.view.live:
+                self.application.invalidate()
+
     async def run(self) -> None:
         app = self.app
         filter_ = _ShownAsTurnEnd()
@@ -295,12 +301,14 @@ class TerminalUI:
         )
         if app.agent.session.last_turn:
             self.show_history()
+        ticker = asyncio.get_running_loop().create_task(self._tick())
         try:
             await self.application.run_async()
             await app.settle()
             for task in list(self._tasks):
                 task.cancel()
         finally:
+            ticker.cancel()
             remove()
             self._out.close()
             sys.stdout, sys.stderr = saved
