@@ -154,6 +154,8 @@ class StdioApp:
         # The reason of the last turn this run ended (dsh chat's exit status comes from it).
         self.last_turn_reason: dict[str, Any] | None = None
         self._remove_model_hook: Callable[[], None] | None = None
+        # The running terminal front end (dsh.apps.terminal.TerminalUI), for plugins that ask.
+        self.terminal: Any = None
         ctx.defer(ctx.on("session/event", self._on_event))
 
     def _on_event(self, session: Session, event: Event) -> None:

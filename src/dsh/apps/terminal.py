@@ -74,8 +74,13 @@ class _ShownAsTurnEnd(logging.Filter):
     """Drops the loop's warnings for a failed turn: the turn's ``⊘`` line says it once."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "dsh.agent":
+            return True
         message = str(record.msg)
-        return not (record.name == "dsh.agent" and message.startswith('agent "%s": turn %s') and "failed" in message)
+        if message.startswith('agent "%s": turn %s') and "failed" in message:
+            return False
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (len(args) == 2 and getattr(args[1], "code", None) == "MAX_STEPS")
 
 
 class TerminalUI:
@@ -294,6 +299,7 @@ class TerminalUI:
             streams.append(handler.setStream(self._out))
         sys.stdout = sys.stderr = self._out
         app.set_stop_input(self.leave)
+        app.terminal = self  # plugins reach ask() through ctx.stdio_app.terminal
         self._write(
             self.style.bold(escape_controls(app.config.welcome))
             + self.style.dim(f" session {app.session_id} · /help for commands · Ctrl-D to leave")
