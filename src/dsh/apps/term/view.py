@@ -94,6 +94,7 @@ class TranscriptView:
         self.waiting = False  # a step started and no token came yet
         self.waiting_since = 0.0
         self.streaming = False
+        self._blocks_shown = 0  # Markdown blocks of the current reply already printed
 
     @property
     def live(self) -> str:
@@ -166,7 +167,7 @@ class TranscriptView:
             if self._reasoning:
                 self._end_reasoning()
             for block in self._blocks.feed(str(chunk.get("text", ""))):
-                self.markdown(block)
+                self._reply_block(block)
         elif ctype == "reasoning-delta":
             self._first_token()
             self._reasoning += str(chunk.get("text", ""))
@@ -187,7 +188,14 @@ class TranscriptView:
         self._end_reasoning()
         rest = self._blocks.flush()
         if rest is not None:
-            self.markdown(rest)
+            self._reply_block(rest)
+        self._blocks_shown = 0
+
+    def _reply_block(self, block: str) -> None:
+        if self._blocks_shown:
+            self._emit("\n")  # paragraphs stay apart, as in the Markdown
+        self._blocks_shown += 1
+        self.markdown(block)
 
     def _context(self, data: dict[str, Any]) -> None:
         source = data.get("source") or {}
