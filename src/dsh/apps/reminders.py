@@ -28,7 +28,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +47,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("dsh.reminders")
 
 DEFAULT_POLL_S = 30.0
+
+
+@dataclass(frozen=True)
+class CliHost:
+    """What the ``dsh`` command line lends these commands (passed in, so this module does not
+    import the CLI that imports it)."""
+
+    open_store: Callable[[argparse.Namespace], Awaitable[tuple[SessionStore, Context]]]
+    default_entries: Callable[[argparse.Namespace], list[PluginEntry]]
+    default_model: str  # for a session that never logged a model
 
 
 def add_parser(commands: Any, store_options: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -70,7 +80,7 @@ def add_parser(commands: Any, store_options: Callable[[argparse.ArgumentParser],
 
 def store_entry(args: argparse.Namespace) -> tuple[PluginEntry, Path | None]:
     """The store plugin entry the options name (as ``dsh sessions`` chooses it)."""
-    from dsh.cli import DEFAULT_ROOT, STORE_NAMES
+    from dsh.compose import DEFAULT_ROOT, STORE_NAMES
 
     kind, root, sqlite = args.store, args.root, args.sqlite
     base = Path(args.config).resolve().parent if args.config else None
@@ -94,20 +104,19 @@ def store_entry(args: argparse.Namespace) -> tuple[PluginEntry, Path | None]:
     return PluginEntry("store", "postgres-sessions", {"dsn": args.dsn} if args.dsn else {}), base
 
 
-async def mount_worker(ctx: Context, args: argparse.Namespace) -> None:
+async def mount_worker(ctx: Context, args: argparse.Namespace, host: CliHost) -> None:
     """``dsh chat``'s default composition without the app, ``schedule`` in worker mode."""
     from dsh.agent import agent as agents_plugin
     from dsh.agent import loop as loop_plugin
     from dsh.agent import sessions as sessions_plugin
     from dsh.agent import system_prompt as system_prompt_plugin
-    from dsh.cli import default_entries
     from dsh.llm import service as llm_plugin
     from dsh.tools import registry as tools_plugin
 
     for plugin in (sessions_plugin, llm_plugin, system_prompt_plugin, agents_plugin, tools_plugin):
         await ctx.plugin(plugin)
     chat = argparse.Namespace(**{**vars(args), "resume": None, "store": None})
-    entries = [e for e in default_entries(chat) if e.name not in ("stdio-app", "schedule")]
+    entries = [e for e in host.default_entries(chat) if e.name not in ("stdio-app", "schedule")]
     entries.append(PluginEntry("schedule", "schedule", {"live": False}))
     store, base = store_entry(args)
     await load_plugins(ctx, [store, *entries], base_dir=base)
@@ -149,11 +158,10 @@ async def collect(store: SessionStore, now: int) -> tuple[list[Row], list[str]]:
     return rows, problems
 
 
-async def list_reminders(args: argparse.Namespace) -> int:
-    from dsh.cli import open_store
+async def list_reminders(args: argparse.Namespace, host: CliHost) -> int:
     from dsh.plugins.time_context import format_timestamp, resolve_zone
 
-    store, ctx = await open_store(args)
+    store, ctx = await host.open_store(args)
     try:
         rows, problems = await collect(store, _clock.now_ms())
     finally:
@@ -190,7 +198,7 @@ class Pass:
             self.next_due = at
 
 
-async def serve_session(ctx: Context, session_id: str, model: str | None, result: Pass) -> None:
+async def serve_session(ctx: Context, session_id: str, model: str | None, result: Pass, default_model: str) -> None:
     """Resume one session (taking its writer lock), deliver everything due, release it."""
     from dsh.plugins.schedule.delivery import deliver_once
     from dsh.plugins.schedule.fold import OneShot, Wait
@@ -205,9 +213,7 @@ async def serve_session(ctx: Context, session_id: str, model: str | None, result
     try:
         check_session(agent.session)
         if agent.options.model is None:
-            from dsh.cli import ECHO_MODEL
-
-            agent.options.model = ECHO_MODEL
+            agent.options.model = default_model
         while True:
             decision = await deliver_once(ctx, agent)
             if decision is None:
@@ -227,7 +233,7 @@ async def serve_session(ctx: Context, session_id: str, model: str | None, result
         await agent.dispose()
 
 
-async def sweep(ctx: Context, model: str | None) -> Pass:
+async def sweep(ctx: Context, model: str | None, default_model: str) -> Pass:
     """One pass over the store: serve every session with a due reminder."""
     from dsh.plugins.schedule.fold import ScheduleLogError, Wait, decide, fold, seed_length
 
@@ -244,11 +250,11 @@ async def sweep(ctx: Context, model: str | None) -> Pass:
         if isinstance(decision, Wait):
             result.wake_at(decision.until)
             continue
-        await serve_session(ctx, info.id, model, result)
+        await serve_session(ctx, info.id, model, result, default_model)
     return result
 
 
-async def run_worker(args: argparse.Namespace) -> int:
+async def run_worker(args: argparse.Namespace, host: CliHost) -> int:
     ctx = Context()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -259,9 +265,9 @@ async def run_worker(args: argparse.Namespace) -> int:
             installed.append(signum)
     failed = 0
     try:
-        await mount_worker(ctx, args)
+        await mount_worker(ctx, args, host)
         while not stop.is_set():
-            result = await sweep(ctx, args.model)
+            result = await sweep(ctx, args.model, host.default_model)
             failed += result.failed
             if args.once:
                 break
@@ -277,7 +283,7 @@ async def run_worker(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-async def run_command(args: argparse.Namespace) -> int:
+async def run_command(args: argparse.Namespace, host: CliHost) -> int:
     if args.action == "list":
-        return await list_reminders(args)
-    return await run_worker(args)
+        return await list_reminders(args, host)
+    return await run_worker(args, host)

@@ -24,8 +24,8 @@ from dsh.tools.workspace.sandbox import SandboxPolicy
 
 if TYPE_CHECKING:
     from dsh.tools.workspace.approval import ApprovalService
-    from dsh.tools.workspace.fs import ReadLedger
     from dsh.tools.workspace.jobs import JobManager
+    from dsh.tools.workspace.ledger import ReadLedger
 
 __all__ = ["TOOL_NAMES", "Config", "Shared"]
 

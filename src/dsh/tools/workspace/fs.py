@@ -29,34 +29,13 @@ from dsh.tools.workspace._common import (
     workspace_root,
 )
 from dsh.tools.workspace.config import Shared
+from dsh.tools.workspace.ledger import ReadLedger
 
 __all__ = ["ReadLedger", "fs_tools"]
 
 DEFAULT_LIMIT: Final = 2000
 LINE_CAP: Final = 2000
 OUTPUT_CAP: Final = 50_000
-
-
-class ReadLedger:
-    """Per session: the files read, with the (size, mtime_ns) seen at that read."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, dict[str, tuple[int, int]]] = {}
-
-    def record(self, session: str, path: Path) -> None:
-        st = path.stat()
-        self._seen.setdefault(session, {})[str(path)] = (st.st_size, st.st_mtime_ns)
-
-    def check(self, session: str, path: Path, verb: str, shown: str) -> None:
-        seen = self._seen.get(session, {}).get(str(path))
-        if seen is None:
-            raise ToolError(f'{verb} requires reading "{shown}" first — read the file, then retry', code="READ_FIRST")
-        st = path.stat()
-        if (st.st_size, st.st_mtime_ns) != seen:
-            raise ToolError(
-                f'"{shown}" changed on disk since this session read it — re-read the file, then retry',
-                code="STALE_READ",
-            )
 
 
 def _is_binary(sample: bytes) -> bool:
