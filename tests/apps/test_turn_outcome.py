@@ -12,8 +12,11 @@ from tests.llm.sse_server import Reply, SSEServer, chunk
 
 
 def _user_texts(request: dict) -> list[str]:
+    # Without other plugins' context: time readings and the workspace's approval-policy notice
+    # (a <system-reminder> on the first step in each process).
     return [m["content"] if isinstance(m["content"], str) else json.dumps(m["content"])
-            for m in request["messages"] if m["role"] == "user" and "Time sampled" not in str(m["content"])]
+            for m in request["messages"] if m["role"] == "user" and "Time sampled" not in str(m["content"])
+            and not str(m["content"]).startswith("<system-reminder>")]
 
 
 def test_a_failed_turn_is_explained_once_at_the_start_of_the_next(workdir: Path) -> None:
