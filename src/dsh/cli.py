@@ -552,7 +552,7 @@ class _EscapingFormatter(logging.Formatter):
 async def cmd_reminders(args: argparse.Namespace) -> int:
     from dsh.apps import reminders
 
-    return await reminders.run_command(args, default_entries)
+    return await reminders.run_command(args, reminders.CliHost(open_store, default_entries, ECHO_MODEL))
 
 
 def _configure_logging(debug: bool) -> None:

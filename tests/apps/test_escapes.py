@@ -43,7 +43,7 @@ def _screen(raw: bytes) -> pyte.Screen:
     return screen
 
 
-def _assert_neutralised(raw: bytes) -> None:
+def _assert_neutralised(raw: bytes, *, markdown: bool = False) -> None:
     for sequence in (CLEAR, TITLE, CLIPBOARD):
         assert sequence.encode() not in raw
     assert b"\x1b]0;" not in raw and b"\x1b]52;" not in raw and b"\x1b[2J" not in raw
@@ -54,7 +54,10 @@ def _assert_neutralised(raw: bytes) -> None:
     assert "hello\\x1b[2J\\x1b[Hworld\\x1b]52;c;cHduZWQ=\\x07" in text
     assert "thinking\\x1b]0;PWNED-TITLE\\x07" in text
     assert "ECHO: TOOL\\x1b]0;PWNED-TITLE\\x07" in text  # tool output
-    assert b"done\tok" in raw and "ok\\x1b[2J\\x1b[H" in text  # a tab stays a tab
+    if markdown:  # terminal mode renders Markdown, which expands a tab to spaces
+        assert "done    ok\\x1b[2J\\x1b[H" in text
+    else:
+        assert b"done\tok" in raw and "ok\\x1b[2J\\x1b[H" in text  # a tab stays a tab
 
 
 @pytest.mark.slow
@@ -63,11 +66,11 @@ def test_terminal_mode_shows_model_sent_controls_instead_of_obeying_them(workdir
     term.expect("Ctrl-D to leave")
     time.sleep(0.3)
     term.type("hi\r")
-    term.expect("done\tok")
+    term.expect("turn 1 ·")
     time.sleep(0.3)
     term.type("\x04")
     assert term.wait() == 0
-    _assert_neutralised(term.screen)
+    _assert_neutralised(term.screen, markdown=True)
 
 
 @pytest.mark.slow

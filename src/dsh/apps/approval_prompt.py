@@ -1,18 +1,17 @@
 """The terminal's inline approval prompt (an :class:`~dsh.tools.workspace.approval.Asker`).
 
-Shows the tool, the reason and the call's arguments (control characters escaped, long values cut),
-then asks ``allow once / allow for this session / deny``. Anything but a clear yes denies;
-Ctrl-C or Ctrl-D at the prompt denies. Only terminal mode installs it: in plain mode there is no
-one to ask and requests fail closed.
+Shows the tool, the reason and the call's arguments above the input line (control characters
+escaped, long values cut), then asks ``allow once / allow for this session / deny`` on the input
+line of the running terminal application (``TerminalUI.ask``: a second prompt cannot run inside
+it). Anything but a clear yes denies; Ctrl-C at the question denies. Only terminal mode installs
+it: in plain mode there is no one to ask and requests fail closed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-from prompt_toolkit import PromptSession
 
 from dsh.tools.workspace.approval import ApprovalOutcome, ApprovalRequest
 
@@ -50,30 +49,27 @@ def parse_answer(answer: str) -> ApprovalOutcome:
     return "rejected"
 
 
-class TerminalAsker:
-    """Asks inline, below the streamed transcript (the agent is mid-turn, the prompt idle)."""
+QUESTION = "allow? [y] once / [s] for this session / [N] deny"
 
-    def __init__(self, write: Callable[[str], None]) -> None:
+
+class TerminalAsker:
+    """Asks on the terminal's input line while the agent waits mid-turn."""
+
+    def __init__(self, ask: Callable[[str], Awaitable[str]], write: Callable[[str], None]) -> None:
+        self._ask = ask
         self._write = write
-        self._session: PromptSession[str] = PromptSession()
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalOutcome:
-        self._write("\n" + describe(request) + "\n")
-        try:
-            answer = await self._session.prompt_async(
-                "  allow? [y] once / [s] for this session / [N] deny: ", handle_sigint=False
-            )
-        except (KeyboardInterrupt, EOFError):
-            answer = ""
-        outcome = parse_answer(answer)
+        self._write(describe(request) + "\n")
+        outcome = parse_answer(await self._ask(QUESTION))
         self._write(f"  → {outcome}\n")
         return outcome
 
 
-def install(ctx: Any, write: Callable[[str], None]) -> Callable[[], None]:
+def install(ctx: Any, ask: Callable[[str], Awaitable[str]], write: Callable[[str], None]) -> Callable[[], None]:
     """Install the terminal asker on ``ctx.approval`` when approvals are mounted."""
     approval = ctx.get("approval")
     if approval is None:
         return lambda: None
-    remove: Callable[[], None] = approval.set_asker(TerminalAsker(write))
+    remove: Callable[[], None] = approval.set_asker(TerminalAsker(ask, write))
     return remove

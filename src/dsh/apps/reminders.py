@@ -28,13 +28,13 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh import _clock
-from dsh.compose import ECHO_MODEL, SESSION_STORE, choose_store
+from dsh.compose import choose_store
 from dsh.persistence.base import SessionLocked, SessionStore, StoreError
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_plugins
@@ -48,6 +48,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("dsh.reminders")
 
 DEFAULT_POLL_S = 30.0
+
+
+@dataclass(frozen=True)
+class CliHost:
+    """What the ``dsh`` command line lends these commands (passed in, so this module does not
+    import the CLI that imports it)."""
+
+    open_store: Callable[[argparse.Namespace], Awaitable[tuple[SessionStore, Context]]]
+    default_entries: Callable[[argparse.Namespace], list[PluginEntry]]
+    default_model: str  # for a session that never logged a model
 
 
 def add_parser(commands: Any, store_options: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -76,10 +86,7 @@ def store_entry(args: argparse.Namespace) -> tuple[PluginEntry, Path | None]:
     )
 
 
-DefaultEntries = Callable[[argparse.Namespace], list[PluginEntry]]
-
-
-async def mount_worker(ctx: Context, args: argparse.Namespace, default_entries: DefaultEntries) -> None:
+async def mount_worker(ctx: Context, args: argparse.Namespace, host: CliHost) -> None:
     """``dsh chat``'s default composition without the app, ``schedule`` in worker mode."""
     from dsh.agent import agent as agents_plugin
     from dsh.agent import loop as loop_plugin
@@ -91,7 +98,7 @@ async def mount_worker(ctx: Context, args: argparse.Namespace, default_entries: 
     for plugin in (sessions_plugin, llm_plugin, system_prompt_plugin, agents_plugin, tools_plugin):
         await ctx.plugin(plugin)
     chat = argparse.Namespace(**{**vars(args), "resume": None, "store": None})
-    entries = [e for e in default_entries(chat) if e.name not in ("stdio-app", "schedule")]
+    entries = [e for e in host.default_entries(chat) if e.name not in ("stdio-app", "schedule")]
     entries.append(PluginEntry("schedule", "schedule", {"live": False}))
     store, base = store_entry(args)
     await load_plugins(ctx, [store, *entries], base_dir=base)
@@ -133,14 +140,12 @@ async def collect(store: SessionStore, now: int) -> tuple[list[Row], list[str]]:
     return rows, problems
 
 
-async def list_reminders(args: argparse.Namespace) -> int:
+async def list_reminders(args: argparse.Namespace, host: CliHost) -> int:
     from dsh.plugins.time_context import format_timestamp, resolve_zone
 
-    entry, base = store_entry(args)
-    ctx = Context()
+    store, ctx = await host.open_store(args)
     try:
-        await load_plugins(ctx, [entry], base_dir=base)
-        rows, problems = await collect(ctx.require(SESSION_STORE), _clock.now_ms())
+        rows, problems = await collect(store, _clock.now_ms())
     finally:
         await ctx.dispose()
     zone, zone_name = resolve_zone(None)
@@ -175,7 +180,7 @@ class Pass:
             self.next_due = at
 
 
-async def serve_session(ctx: Context, session_id: str, model: str | None, result: Pass) -> None:
+async def serve_session(ctx: Context, session_id: str, model: str | None, result: Pass, default_model: str) -> None:
     """Resume one session (taking its writer lock), deliver everything due, release it."""
     from dsh.plugins.schedule.delivery import deliver_once
     from dsh.plugins.schedule.fold import OneShot, Wait
@@ -190,7 +195,7 @@ async def serve_session(ctx: Context, session_id: str, model: str | None, result
     try:
         check_session(agent.session)
         if agent.options.model is None:
-            agent.options.model = ECHO_MODEL
+            agent.options.model = default_model
         while True:
             decision = await deliver_once(ctx, agent)
             if decision is None:
@@ -210,7 +215,7 @@ async def serve_session(ctx: Context, session_id: str, model: str | None, result
         await agent.dispose()
 
 
-async def sweep(ctx: Context, model: str | None) -> Pass:
+async def sweep(ctx: Context, model: str | None, default_model: str) -> Pass:
     """One pass over the store: serve every session with a due reminder."""
     from dsh.plugins.schedule.fold import ScheduleLogError, Wait, decide, fold, seed_length
 
@@ -227,11 +232,11 @@ async def sweep(ctx: Context, model: str | None) -> Pass:
         if isinstance(decision, Wait):
             result.wake_at(decision.until)
             continue
-        await serve_session(ctx, info.id, model, result)
+        await serve_session(ctx, info.id, model, result, default_model)
     return result
 
 
-async def run_worker(args: argparse.Namespace, default_entries: DefaultEntries) -> int:
+async def run_worker(args: argparse.Namespace, host: CliHost) -> int:
     ctx = Context()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -242,9 +247,9 @@ async def run_worker(args: argparse.Namespace, default_entries: DefaultEntries) 
             installed.append(signum)
     failed = 0
     try:
-        await mount_worker(ctx, args, default_entries)
+        await mount_worker(ctx, args, host)
         while not stop.is_set():
-            result = await sweep(ctx, args.model)
+            result = await sweep(ctx, args.model, host.default_model)
             failed += result.failed
             if args.once:
                 break
@@ -260,8 +265,7 @@ async def run_worker(args: argparse.Namespace, default_entries: DefaultEntries) 
     return 1 if failed else 0
 
 
-async def run_command(args: argparse.Namespace, default_entries: DefaultEntries) -> int:
-    """``dsh reminders``; ``default_entries`` is ``dsh chat``'s default composition (the CLI's)."""
+async def run_command(args: argparse.Namespace, host: CliHost) -> int:
     if args.action == "list":
-        return await list_reminders(args)
-    return await run_worker(args, default_entries)
+        return await list_reminders(args, host)
+    return await run_worker(args, host)

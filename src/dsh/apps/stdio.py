@@ -3,11 +3,12 @@
 Owns the app plugin (it mounts the agent spine, a session store unless one is already mounted,
 and agent ``main`` on ``main-session-<uuid4>`` with the process cwd) and the two front ends:
 
-- **plain mode** (stdin or stdout not a TTY, ``NO_COLOR`` or ``--plain``): exactly the
+- **plain mode** (stdin or stdout not a TTY, or ``--plain``): exactly the
   reference's rendering (docs/stdio.md); nothing but the transcript on stdout;
-- **terminal mode**: the same transcript with line editing and history, colour, a "waiting for
-  the model…" indicator until the first token, and each time reading shown as a dim note so the
-  user sees what the model was told. Ctrl-C cancels a running turn; at an idle prompt it exits.
+- **terminal mode** (:mod:`dsh.apps.terminal`): the reply streams above a persistent input line,
+  rendered as Markdown, with slash commands; ``NO_COLOR`` drops only its colour. This module
+  provides the session operations its commands use (``switch_model``, ``new_session``,
+  ``resume_session``, ``folder_sessions``).
 
 A line typed while the agent runs steers it. ``/compact`` compacts now when compaction is
 mounted. At end of input the app waits until the agent is idle with an empty queue, flushes,
@@ -33,7 +34,10 @@ from dsh.apps import pipes
 from dsh.apps.escape import escape_controls, keep
 from dsh.apps.home import default_root
 from dsh.apps.store_check import check_writable
+from dsh.apps.term.host import Asking
 from dsh.compose import app_store_entry, mount_spine
+from dsh.persistence.base import SessionInfo
+from dsh.plugins import turn_outcome
 from dsh.runtime import Context
 from dsh.session import Event, Session
 
@@ -85,7 +89,6 @@ class Renderer:
         self._in_reasoning = False
         self.on_first_token: Callable[[], None] | None = None
         self.on_reading: Callable[[str], None] | None = None
-        self.on_reminder: Callable[[str], None] | None = None
 
     def label(self, session: Session) -> str:
         for agent in self._ctx.agents.list():
@@ -120,18 +123,10 @@ class Renderer:
             write(self.sanitise(f"\n  [tool call] {data.get('name')}({data.get('arguments')})"))
         elif kind == "tool/result":
             write(self.sanitise(f"\n  [tool result] {_tool_result_text(data)}\n  "))
-        elif kind == "todo/write" and self.colour:
-            from dsh.tools.workspace.todo import render_checklist
-
-            write(self.sanitise("\n  [todo]\n" + "".join(f"  {line}\n" for line in render_checklist(data.get("todos")).splitlines()) + "  "))
         elif kind == "turn/end":
             self._end_reasoning()
             self._first_token()
             write(self.prompt)
-        elif kind == "user/message" and self.on_reminder is not None:
-            source = data.get("source") or {}
-            if source.get("kind") == "plugin" and source.get("plugin") == "tool-schedule":
-                self.on_reminder(_tool_result_text(data))
         elif kind == "context/message" and self.on_reading is not None:
             source = data.get("source") or {}
             if source.get("plugin") == "time-context":
@@ -162,6 +157,9 @@ class StdioApp:
         self.last_turn_reason: dict[str, Any] | None = None
         # The store stopped writing this session (another program wrote to it): exit 1.
         self.persist_stopped = False
+        self._remove_model_hook: Callable[[], None] | None = None
+        # The running terminal front end (dsh.apps.terminal.TerminalUI), for plugins that ask.
+        self.terminal: Asking | None = None
         ctx.defer(ctx.on("session/event", self._on_event))
         ctx.defer(ctx.on("session/persist-stopped", self._on_persist_stopped))
 
@@ -211,9 +209,52 @@ class StdioApp:
         except Exception as exc:
             log.warning("compaction failed: %s", exc)
 
-    def renderer(self, write: Callable[[str], None], *, colour: bool, prompt: str) -> Renderer:
-        """A transcript renderer for a front end (terminal mode draws with one)."""
-        return Renderer(self.ctx, write, colour=colour, prompt=prompt)
+    # -- terminal mode's session commands -----------------------------------------------------
+
+    def switch_model(self, model: str) -> str | None:
+        """``/model NAME``: later requests use ``model`` (the loop logs a ``request/header``
+        change); returns a problem to show instead when nothing here serves it."""
+        llm = self.ctx.llm
+        if not llm.has_model(model):
+            return f'model "{escape_controls(model)}" is not served here (served: {", ".join(llm.models())})'
+        self.agent.options.model = model
+        if self._remove_model_hook is None:
+            self._remove_model_hook = self.ctx.on("agent/request", self._model_hook)
+        return None
+
+    async def _model_hook(self, agent: Agent, _turn: int, _step: int, config: Any, next_: Any) -> Any:
+        result = await next_()
+        model = agent.options.model
+        if agent is self.agent and model and isinstance(result, dict) and result.get("model") != model:
+            result = {**result, "model": model}
+        return result
+
+    async def _replace_agent(self, session_id: str | None) -> None:
+        loop: loop_plugin.AgentLoop = self.ctx.agent_loop
+        model = self.agent.options.model
+        if self.agent.status == "running" or self.agent.queued:
+            self.agent.cancel("session switched")
+        await self.settle()
+        await self.agent.dispose()
+        if session_id is None:
+            self.agent = loop.create("main", model=model, cwd=os.getcwd())
+        else:
+            self.agent = await loop.resume("main", session_id)
+        self.last_turn_reason = None
+
+    async def new_session(self) -> None:
+        """``/clear``: agent ``main`` continues on a fresh session; the old one stays stored."""
+        await self._replace_agent(None)
+
+    async def resume_session(self, session_id: str) -> None:
+        """``/resume ID``: agent ``main`` continues the stored session ``session_id``."""
+        await self._replace_agent(session_id)
+
+    async def folder_sessions(self) -> list[SessionInfo]:
+        """Stored sessions of this folder, newest first, without the current one."""
+        here = os.getcwd()
+        infos = await self.ctx.session_store.list()
+        return [i for i in infos if i.header.get("cwd") == here and i.id != self.session_id]
 
     def set_stop_input(self, callback: Callable[[], None]) -> None:
         self._stop_input = callback
@@ -236,7 +277,8 @@ class StdioApp:
         if plain is None:
             plain = self.config.plain
         if plain is None:
-            plain = bool(os.environ.get("NO_COLOR")) or not (stdin.isatty() and stdout.isatty())
+            # NO_COLOR drops colour only: a terminal keeps terminal mode and its line editing.
+            plain = not (stdin.isatty() and stdout.isatty())
         if plain:
             await self._run_plain(stdin, stdout)
         else:
@@ -314,6 +356,9 @@ async def apply(ctx: Context, config: Config) -> None:
     if config.system_prompt is not None:
         ctx.system_prompt.remove_section(system_prompt_plugin.IDENTITY_ID)
         ctx.defer(ctx.system_prompt.add_section("deployment:system", config.system_prompt, order=-100))
+    if not ctx.has("turn_outcome"):
+        # After a cancelled or failed turn, the next request says so (plain and terminal mode).
+        await ctx.plugin(turn_outcome)
     if config.persona:
         ctx.defer(ctx.system_prompt.add_section("deployment:persona", config.persona, order=0))
     # Before any session exists: an unwritable store would lose the conversation at its first flush.

@@ -1,125 +1,62 @@
-"""Terminal mode of the stdio app: line editing, history, colour, and a live waiting indicator.
+"""Terminal mode of the stdio app: the reply streams above a persistent input line.
 
-The prompt (prompt_toolkit, with history) is active only while the agent is idle; during a turn
-the transcript streams straight to the terminal, so partial lines are never overdrawn. From
-``step/start`` until the first token a one-line spinner says "waiting for the model…". Each
-time reading is printed as one dim line before the reply, so the user sees exactly what the model
-was told. Ctrl-C during a turn cancels it (it ends ``aborted`` and the session stays consistent;
-the terminal is in cooked mode then, so Ctrl-C arrives as SIGINT and the CLI's handler cancels);
-Ctrl-C at the idle prompt, or Ctrl-D, flushes and leaves.
+One prompt_toolkit application owns the bottom of the screen: the unfinished part of the reply
+(live), a status line (spinner, hints) and the input line, with slash-command completion. All
+finished output (Markdown blocks, tool calls, time readings, errors, the per-turn usage line) is
+written *above* it through prompt_toolkit's stdout proxy, one whole line at a time, so typing
+while a reply streams never mixes with it and history is never redrawn.
+
+- Enter while a turn runs steers it (``↪``), as plain mode does; when idle it starts a turn.
+- Ctrl-C during a turn cancels it (``aborted``; the session stays consistent). At the prompt it
+  clears a draft; a second Ctrl-C on an empty prompt leaves, as does Ctrl-D or ``/exit``.
+- Slash commands are in :mod:`dsh.apps.term.commands`; what events print is
+  :mod:`dsh.apps.term.view`.
+- Errors are shown once, as the turn's ``⊘`` line: the loop's own warning for a failed turn is
+  dropped here (plain mode prints it on stderr).
+- ``NO_COLOR`` drops colour, nothing else. Resuming shows the last turns; leaving prints
+  ``resume with: dsh chat --resume <id>``.
+
+:meth:`TerminalUI.ask` lets a plugin ask the user one question on the input line while the
+application runs; the inline approval prompt (:mod:`dsh.apps.approval_prompt`) asks through it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Any, TextIO
 
-from prompt_toolkit import PromptSession
-from prompt_toolkit.history import FileHistory, InMemoryHistory
-from rich.console import Console
-from rich.markup import escape
+from prompt_toolkit.application import Application
+from prompt_toolkit.buffer import Buffer
+from prompt_toolkit.filters import Condition
+from prompt_toolkit.formatted_text import ANSI, StyleAndTextTuples
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
+from prompt_toolkit.layout.controls import BufferControl, FormattedTextControl
+from prompt_toolkit.layout.dimension import Dimension
+from prompt_toolkit.layout.menus import CompletionsMenu
+from prompt_toolkit.layout.processors import BeforeInput
+from prompt_toolkit.output import ColorDepth
+from prompt_toolkit.patch_stdout import StdoutProxy
 
-from dsh.agent.agent import Agent
+from dsh.apps.approval_prompt import install as install_asker
 from dsh.apps.escape import escape_controls
-from dsh.plugins.schedule.delivery import describe as describe_reminder
-from dsh.runtime import Context
+from dsh.apps.term import commands
+from dsh.apps.term.host import TerminalApp
+from dsh.apps.term.view import Style, TranscriptView, replay
 from dsh.session import Event, Session
 
-DIM, RESET = "\x1b[2m", "\x1b[0m"
-
-
-class _Renderer(Protocol):
-    on_first_token: Callable[[], None] | None
-    on_reading: Callable[[str], None] | None
-    on_reminder: Callable[[str], None] | None
-
-    def __call__(self, session: Session, event: Event) -> None: ...
-
-
-class _AppConfig(Protocol):
-    @property
-    def history_file(self) -> str | None: ...
-    @property
-    def persistence_root(self) -> str: ...
-    @property
-    def welcome(self) -> str: ...
-
-
-class TerminalApp(Protocol):
-    """What terminal mode needs from the app (``dsh.apps.stdio.StdioApp`` provides it); a
-    protocol, so this module does not import the app that imports it."""
-
-    @property
-    def ctx(self) -> Context: ...
-    @property
-    def config(self) -> _AppConfig: ...
-    @property
-    def agent(self) -> Agent: ...
-    @property
-    def session_id(self) -> str: ...
-
-    def renderer(self, write: Callable[[str], None], *, colour: bool, prompt: str) -> _Renderer: ...
-    def submit(self, line: str) -> str | None: ...
-    def set_stop_input(self, callback: Callable[[], None]) -> None: ...
-    async def settle(self) -> None: ...
-
-REMINDER_TURN = "\x00reminder-turn"
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-CLEAR_LINE = "\r\x1b[K"
+LIVE_LINES = 12  # the unfinished block shown below the transcript, at most this many lines
+CANCELLED = "interrupted by the user"
 
 
-class _Spinner:
-    """A one-line "waiting for the model…" indicator, erased before the first token."""
-
-    def __init__(self, write: _Writer) -> None:
-        self._write = write
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._spin())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-            self._write(CLEAR_LINE)
-
-    async def _spin(self) -> None:
-        started = time.monotonic()
-        frame = 0
-        while True:
-            waited = int(time.monotonic() - started)
-            self._write(f"{CLEAR_LINE}\x1b[2m{SPINNER[frame % len(SPINNER)]} waiting for the model… {waited}s (Ctrl-C cancels)\x1b[0m")
-            frame += 1
-            await asyncio.sleep(0.1)
-
-
-class _Writer:
-    def __init__(self, stdout: TextIO) -> None:
-        self._stdout = stdout
-        # While the idle prompt is being taken down for a reminder turn, output waits here.
-        self.held: list[str] | None = None
-
-    def __call__(self, text: str) -> None:
-        if self.held is not None:
-            self.held.append(text)
-            return
-        self._stdout.write(text)
-        self._stdout.flush()
-
-    def release(self) -> None:
-        held, self.held = self.held, None
-        if held:
-            self("".join(held))
-
-
-def _history(app: TerminalApp) -> FileHistory | InMemoryHistory:
+def _history(app: TerminalApp) -> History:
     """Prompt history: ``historyFile``, else ``<persistenceRoot>/history`` (per project), 0600."""
     configured = app.config.history_file
     path = Path(configured or Path(app.config.persistence_root) / "history").expanduser()
@@ -132,65 +69,269 @@ def _history(app: TerminalApp) -> FileHistory | InMemoryHistory:
     return FileHistory(str(path))
 
 
-async def run_terminal(app: TerminalApp, stdout: TextIO) -> None:
-    write = _Writer(stdout)
-    console = Console(file=stdout, highlight=False, soft_wrap=True)
-    spinner = _Spinner(write)
-    renderer = app.renderer(write, colour=True, prompt="\n")  # sanitises by default
-    renderer.on_first_token = spinner.stop
-    renderer.on_reading = lambda text: write(f"{DIM}⏱ {text.replace(chr(10), ' · ')}{RESET}\n")
-    renderer.on_reminder = lambda text: write(f"{DIM}⏰ reminder {describe_reminder(text) or text}{RESET}\n")
-    carry = ""  # what the user had typed when a reminder turn took the prompt down
+class _ShownAsTurnEnd(logging.Filter):
+    """Drops the loop's warnings for a failed turn: the turn's ``⊘`` line says it once."""
 
-    def on_event(session: Session, event: Event) -> None:
-        nonlocal carry
-        if session is not app.agent.session:
-            return
-        if event.type == "turn/start" and prompt.app.is_running:
-            # A turn nobody typed (a due reminder) opens while the prompt is idle: take the
-            # prompt down (keeping what was typed) and show the turn.
-            carry = prompt.default_buffer.text
-            write.held = []
-            prompt.app.exit(result=REMINDER_TURN)
-        if event.type == "step/start":
-            spinner.start()
-        elif event.type in ("step/end", "turn/end"):
-            spinner.stop()
-        if event.type == "turn/end" and event.data.get("reason", {}).get("kind") in ("aborted", "error"):
-            reason = event.data["reason"]
-            detail = reason.get("reason") or reason.get("message") or ""
-            text = escape_controls(f"⊘ turn {reason['kind']}{': ' + str(detail) if detail else ''}")
-            write(f"\n{DIM}{text}{RESET}")
-        renderer(session, event)
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "dsh.agent":
+            return True
+        message = str(record.msg)
+        if message.startswith('agent "%s": turn %s') and "failed" in message:
+            return False
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (len(args) == 2 and getattr(args[1], "code", None) == "MAX_STEPS")
 
-    from dsh.apps.approval_prompt import install as install_asker
 
-    remove_asker = install_asker(app.ctx, write)
-    history = _history(app)
-    prompt: PromptSession[str] = PromptSession(history=history)
-    remove = app.ctx.on("session/event", on_event)
-    console.print(f"[bold]{escape(app.config.welcome)}[/bold] [dim]session {escape(app.session_id)} · Ctrl-D to leave[/dim]")
-    stop = asyncio.Event()
-    app.set_stop_input(stop.set)
-    try:
-        while not stop.is_set():
-            if app.agent.status == "running" or app.agent.queued:
-                await app.settle()  # a reminder turn started before the prompt: let it finish
-            try:
-                line = await prompt.prompt_async("> ", handle_sigint=False, default=carry)
-            except (KeyboardInterrupt, EOFError):
-                break
-            if line is REMINDER_TURN:
-                write.release()
-                await app.settle()
-                continue
-            carry = ""
-            note = app.submit(line)
-            if note:
-                print(f"dsh: {escape_controls(note)}", file=sys.stderr)
+class TerminalUI:
+    """The running terminal front end of one :class:`StdioApp`."""
+
+    def __init__(self, app: TerminalApp) -> None:
+        self.app = app
+        self.colour = not os.environ.get("NO_COLOR")
+        self.style = Style(self.colour)
+        self.recent: list[str] = []  # session ids /resume offers
+        self._armed = False  # a Ctrl-C on an empty prompt; the next one leaves
+        self._question: asyncio.Future[str] | None = None
+        self._question_text = ""
+        self._leaving = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._out: StdoutProxy | None = None
+        self.buffer = Buffer(
+            multiline=False,
+            history=_history(app),
+            completer=commands.SlashCompleter(self),
+            complete_while_typing=True,
+            accept_handler=self._accept,
+        )
+        self.buffer.on_text_changed += self._disarm
+        self.view = TranscriptView(self._write, self.style, self._width)
+        self.application: Application[None] = Application(
+            layout=Layout(self._container(), focused_element=self.buffer),
+            key_bindings=self._bindings(),
+            full_screen=False,
+            erase_when_done=True,
+            color_depth=None if self.colour else ColorDepth.DEPTH_1_BIT,
+        )
+
+    # -- output ------------------------------------------------------------------------------
+
+    def _write(self, text: str) -> None:
+        out = self._out
+        if out is not None and not out.closed:
+            out.write(text)
+            out.flush()
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def _width(self) -> int:
+        try:
+            return self.application.output.get_size().columns
+        except Exception:
+            return 80
+
+    def say(self, text: str) -> None:
+        self._write(self.style.dim(escape_controls(text)) + "\n")
+
+    def error(self, text: str) -> None:
+        self._write(self.style.red("✗ " + escape_controls(text)) + "\n")
+
+    def show_history(self) -> None:
+        replay(self.app.agent.session.events, self.view)
+
+    # -- layout ------------------------------------------------------------------------------
+
+    def _busy(self) -> bool:
+        agent = self.app.agent
+        return agent.status == "running" or bool(agent.queued)
+
+    def _live(self) -> StyleAndTextTuples:
+        text = escape_controls(self.view.live)
+        lines = text.split("\n")[-LIVE_LINES:]
+        body = "\n".join(lines)
+        return ANSI(self.style.dim(body) if self.view.live_is_reasoning else body).__pt_formatted_text__()
+
+    def _status(self) -> StyleAndTextTuples:
+        frame = SPINNER[int(time.monotonic() * 10) % len(SPINNER)]
+        if self._question is not None:
+            text = self.style.bold(escape_controls(self._question_text))
+        elif self.view.waiting:
+            waited = int(time.monotonic() - self.view.waiting_since)
+            text = self.style.dim(f"{frame} waiting for the model… {waited}s · Ctrl-C cancels")
+        elif self._busy():
+            text = self.style.dim(f"{frame} working · Enter steers the turn · Ctrl-C cancels")
+        elif self._armed:
+            text = self.style.dim("press Ctrl-C again to exit")
+        else:
+            text = self.style.dim("/help for commands · Ctrl-D or /exit to leave")
+        return ANSI(text).__pt_formatted_text__()
+
+    def _prompt(self) -> StyleAndTextTuples:
+        if self._question is not None:
+            return [("bold", "? ")]
+        return [("", "↪ ")] if self._busy() else [("bold", "> ")]
+
+    def _container(self) -> HSplit:
+        has_live = Condition(lambda: bool(self.view.live.strip()))
+        return HSplit([
+            ConditionalContainer(
+                Window(FormattedTextControl(self._live), wrap_lines=True, dont_extend_height=True),
+                filter=has_live,
+            ),
+            Window(FormattedTextControl(self._status), height=1, dont_extend_height=True),
+            Window(
+                BufferControl(self.buffer, input_processors=[BeforeInput(self._prompt)]),
+                height=Dimension(min=1, max=8),
+                wrap_lines=True,
+                dont_extend_height=True,
+            ),
+            CompletionsMenu(max_height=8),
+        ])
+
+    def _bindings(self) -> KeyBindings:
+        bindings = KeyBindings()
+
+        @bindings.add("c-c", eager=True)
+        def _ctrl_c(event: KeyPressEvent) -> None:
+            if self._question is not None:
+                self._answer("")
+            elif self._busy():
+                self.app.agent.cancel(CANCELLED)
+            elif self.buffer.text:
+                self.buffer.reset()
+                self._armed = True
+            elif self._armed:
+                self.leave()
+            else:
+                self._armed = True
+
+        @bindings.add("c-d", filter=Condition(lambda: not self.buffer.text))
+        def _ctrl_d(event: KeyPressEvent) -> None:
+            self.leave()
+
+        return bindings
+
+    def _disarm(self, _buffer: Buffer) -> None:
+        self._armed = False
+
+    # -- input -------------------------------------------------------------------------------
+
+    def _accept(self, buffer: Buffer) -> bool:
+        line = buffer.text
+        if self._question is not None:
+            self._answer(line)
+            return False
+        self._armed = False
+        text = line.strip()
+        if not text:
+            return False
+        if text.startswith("/") and not text.startswith("//"):
+            self._spawn(commands.run(self, text))
+            return False
+        if text.startswith("//"):
+            text = text[1:]
+        if self._busy():
+            self._write(self.style.cyan("↪ " + escape_controls(text)) + self.style.dim("  (steers the running turn)") + "\n")
+        else:
+            self._write("\n" + self.style.bold("> " + escape_controls(text)) + "\n")
+        note = self.app.submit(text)
+        if note:
+            self.error(note)
+        return False
+
+    def _spawn(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._tasks.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:
+                self.error(str(finished.exception()))
+
+        task.add_done_callback(done)
+
+    async def ask(self, question: str) -> str:
+        """Ask one question on the input line; returns the answer ("" for Ctrl-C, or when the
+        application is not running: nobody can answer, so the caller's default applies)."""
+        while self._question is not None:
+            await asyncio.shield(self._question)
+        if not self.application.is_running or self._leaving:
+            return ""
+        self._question = asyncio.get_running_loop().create_future()
+        self._question_text = question
+        self.application.invalidate()
+        try:
+            return await self._question
+        finally:
+            self._question = None
+
+    def _answer(self, text: str) -> None:
+        if self._question is not None and not self._question.done():
+            self._question.set_result(text)
+
+    def leave(self) -> None:
+        self._leaving = True
+        self._answer("")  # a pending question (an approval) is denied, never left waiting
+        if self._busy():
+            self.app.agent.cancel(CANCELLED)
+        if self.application.is_running and not self.application.future.done():  # type: ignore[union-attr]
+            self.application.exit()
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def _on_event(self, session: Session, event: Event) -> None:
+        if session is self.app.agent.session:
+            self.view(event)
+            self.application.invalidate()
+
+    async def _tick(self) -> None:
+        """Animates the spinner while a turn runs; an idle screen is not redrawn."""
+        while True:
+            await asyncio.sleep(0.1)
+            if self._busy() or self.view.live:
+                self.application.invalidate()
+
+    async def run(self) -> None:
+        app = self.app
+        filter_ = _ShownAsTurnEnd()
+        handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+        remove = app.ctx.on("session/event", self._on_event)
+        saved = sys.stdout, sys.stderr
+        self._out = StdoutProxy(sleep_between_writes=0.03, raw=True)
+        streams: list[Any] = []
+        for handler in handlers:
+            handler.addFilter(filter_)
+            streams.append(handler.setStream(self._out))
+        sys.stdout = sys.stderr = self._out
+        app.set_stop_input(self.leave)
+        app.terminal = self  # plugins reach ask() through ctx.stdio_app.terminal
+        remove_asker = install_asker(app.ctx, self.ask, self._write)
+        self._write(
+            self.style.bold(escape_controls(app.config.welcome))
+            + self.style.dim(f" session {app.session_id} · /help for commands · Ctrl-D to leave")
+            + "\n"
+        )
+        if app.agent.session.last_turn:
+            self.show_history()
+        ticker = asyncio.get_running_loop().create_task(self._tick())
+        try:
+            await self.application.run_async()
             await app.settle()
-    finally:
-        spinner.stop()
-        remove()
-        await app.settle()
-        remove_asker()
+            for task in list(self._tasks):
+                task.cancel()
+        finally:
+            ticker.cancel()
+            remove()
+            remove_asker()
+            app.terminal = None
+            self._out.close()
+            sys.stdout, sys.stderr = saved
+            for handler, stream in zip(handlers, streams, strict=True):
+                handler.setStream(stream)
+                handler.removeFilter(filter_)
+        if app.agent.session.last_turn:
+            print(f"resume with: dsh chat --resume {app.session_id}", file=saved[0], flush=True)
+
+
+async def run_terminal(app: TerminalApp, stdout: TextIO) -> None:
+    await TerminalUI(app).run()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from tests.apps.conftest import run_dsh, session_files
-from tests.apps.test_terminal import Pty
+from tests.apps.pty_screen import Terminal
 from tests.llm.sse_server import Reply, SSEServer, chunk
 
 pytestmark = pytest.mark.slow
@@ -28,6 +28,13 @@ def _bash(n: int, command: str) -> Reply:
     )
 
 
+def _expect_count(term: Terminal, needle: str, count: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while term.text().count(needle) < count:
+        assert time.monotonic() < deadline, f"timed out waiting for {count}x {needle!r}; screen:\n{term.text()}"
+        term.settle(0.2)
+
+
 def _events(workdir: Path) -> list[dict[str, Any]]:
     [log] = session_files(workdir)
     return [json.loads(line) for line in log.read_text().splitlines()[1:]]
@@ -40,26 +47,28 @@ def test_inline_prompt_deny_once_session(tmp_path: Path) -> None:
         for n, name in enumerate(["one", "two", "three", "four"], 1):
             server.push(_bash(n, f"touch {name}"))
         server.push(Reply.sse([chunk(content="Finished."), chunk(finish="stop")]))
-        term = Pty(
+        term = Terminal(
             ["chat", "--base-url", server.base_url, "--model", "test-model", "--sandbox", "danger-full-access"],
             workdir,
         )
         term.expect("Ctrl-D to leave")
-        time.sleep(0.3)
         term.type("go\r")
         term.expect("approval needed: bash")
-        assert "touch one" in term.screen.decode(errors="replace")  # the arguments are shown
         term.expect("allow?")
+        assert "touch one" in term.text()  # the arguments are shown
+        assert "?" in [row.rstrip() for row in term.screen.display]  # the question holds the input line
         term.type("n\r")
-        term.expect("approval needed: bash", timeout=30)
-        term.screen = term.screen[term.screen.rfind(b"approval needed"):]
+        _expect_count(term, "approval needed: bash", 2)
+        _expect_count(term, "→ rejected", 1)
         term.expect("allow?")
         term.type("y\r")
-        term.expect("touch three")
+        _expect_count(term, "approval needed: bash", 3)
+        assert "touch three" in term.text()
         term.expect("allow?")
         term.type("s\r")
-        term.expect("Finished.")
-        time.sleep(0.3)
+        screen = term.expect("Finished.")
+        assert screen.count("approval needed: bash") == 3  # allowed for the session: no fourth question
+        term.expect("test-model · turn 1 ·")
         term.type("\x04")
         assert term.wait() == 0
     assert sorted(p.name for p in workdir.iterdir() if not p.name.startswith(".")) == ["four", "three", "two"]

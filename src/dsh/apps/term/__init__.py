@@ -1,0 +1,1 @@
+"""Terminal mode's parts: Markdown blocks, event rendering, slash commands (see README.md)."""
