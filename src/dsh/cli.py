@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.metadata
 import logging
 import os
 import platform
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -522,7 +523,7 @@ async def cmd_acp(args: argparse.Namespace) -> int:
 
 async def cmd_sessions(args: argparse.Namespace) -> int:
     if args.action == "import":
-        return await salvage.import_file(args)
+        return await salvage.import_file(args, open_store)
     store, ctx = await open_store(args)
     try:
         if getattr(args, "id", None):
@@ -584,7 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             from dsh.apps.run import cmd_run
 
-            runner = cmd_run
+            runner: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = functools.partial(cmd_run, load_app=load_app)
         else:
             runner = {"chat": cmd_chat, "acp": cmd_acp, "mcp": mcp_cmd.run, "sessions": cmd_sessions}.get(args.command, cmd_reminders)
         try:

@@ -133,9 +133,12 @@ def test_a_corrupt_schedule_log_is_refused_at_load_and_left_untouched(workdir: P
     session_id = json.loads(lines[0])["id"]
     resumed = run_dsh(["chat", "--resume", session_id], workdir, stdin="again\n")
     assert resumed.returncode == 1
+    # One line: the cause, then what to do (the CLI's hint for every corrupt log).
     assert resumed.stderr.strip() == (
         f'dsh: corrupt schedule log in session "{session_id}": '
-        f'schedule dispatch targets inactive id "schedule-3" (event seq {bad["seq"]})'
+        f'schedule dispatch targets inactive id "schedule-3" (event seq {bad["seq"]}); '
+        f"the file is left untouched: run `dsh sessions salvage {session_id}` to copy its valid "
+        "turns into a new session"
     )
     assert log.read_bytes() == before
     listed = run_dsh(["reminders", "list"], workdir)

@@ -169,3 +169,15 @@ SESSION_EVENT: Hook[SessionEvent] = Hook("session/event", SessionEvent)
 SESSION_FLUSH: Hook[SessionOnly] = Hook("session/flush", SessionOnly)
 SESSION_CHECKPOINT: Hook[SessionOnly] = Hook("session/checkpoint", SessionOnly)
 SESSION_DISPOSED: Hook[SessionOnly] = Hook("session/disposed", SessionOnly)
+
+
+@dataclass(frozen=True, slots=True)
+class PersistStopped:
+    """The store refused to write ``session_id`` any more (another program wrote to it)."""
+
+    session_id: str
+    error: BaseException
+
+
+# Emitted by the write coordinator; an app counts the run as failed.
+SESSION_PERSIST_STOPPED: Hook[PersistStopped] = Hook("session/persist-stopped", PersistStopped)

@@ -91,7 +91,7 @@ def _parse_step(text: str) -> tuple[int, int]:
     try:
         turn, step = (int(x) for x in text.split("."))
     except ValueError:
-        from dsh.cli import UsageError
+        from dsh.errors import UsageError
 
         raise UsageError(f"--step must look like TURN.STEP (e.g. 2.1), got {text!r}") from None
     return turn, step

@@ -21,9 +21,11 @@ import asyncio
 import json
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dsh.apps import pipes
+from dsh.errors import UsageError
 from dsh.runtime import Context
 from dsh.session import Event, Session, encode_event
 
@@ -31,8 +33,6 @@ USAGE_KEYS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteToken
 
 
 def read_prompt(args: argparse.Namespace) -> str:
-    from dsh.cli import UsageError
-
     # A prompt piped in ends with the newline of its last line; that newline is not part of it.
     text: str = sys.stdin.read().removesuffix("\n") if args.prompt == "-" else args.prompt
     if not text.strip():
@@ -69,9 +69,11 @@ def summarise(events: list[Event]) -> dict[str, Any]:
     return {"turn": turn, "model": model, "reason": reason, "text": text, "usage": usage}
 
 
-async def cmd_run(args: argparse.Namespace) -> int:
-    from dsh.cli import load_app
+LoadApp = Callable[[Context, argparse.Namespace], Awaitable[Any]]
 
+
+async def cmd_run(args: argparse.Namespace, load_app: LoadApp) -> int:
+    """``dsh run``; ``load_app`` loads ``dsh chat``'s composition (the CLI's)."""
     prompt = read_prompt(args)
     fmt: str = args.output_format
     out = sys.stdout

@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dsh import _clock
+from dsh.errors import UsageError
 from dsh.persistence._v0 import parse_header, restore_log, scan_event_lines
 from dsh.persistence.base import CorruptSessionLog, SessionStore, StoreError
 from dsh.session import Event, Session, decode_event
@@ -76,8 +78,11 @@ async def write_session(store: SessionStore, header: dict[str, Any], events: lis
         await store.release(session_id)
 
 
-async def import_file(args: argparse.Namespace) -> int:
-    from dsh.cli import UsageError, open_store
+OpenStore = Callable[[argparse.Namespace], Awaitable[tuple[SessionStore, Any]]]
+
+
+async def import_file(args: argparse.Namespace, open_store: OpenStore) -> int:
+    """``dsh sessions import``; ``open_store`` is the CLI's (it checks the store flags)."""
 
     try:
         with open(args.file, "rb") as handle:

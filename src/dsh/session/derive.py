@@ -11,7 +11,7 @@ until a replace, which starts a new one, so an old snapshot never changes under 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 from dsh import _json
@@ -113,11 +113,3 @@ class DerivedMessages(Sequence[Message]):
 
     def __repr__(self) -> str:
         return f"DerivedMessages({self.to_list()!r})"
-
-
-def derive_messages(events: Iterable[Event]) -> list[Message]:
-    """Fold a raw log from scratch and project its surface (the naive reference algorithm)."""
-    from dsh.session.log import Session  # local: Session uses this module
-
-    events = list(events)
-    return Session("derive", events).derive_messages().to_list()

@@ -8,14 +8,23 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, overload
+from typing import Protocol, overload
 
 import msgspec
 
 from dsh.session.event import Event, decode_event
 
-if TYPE_CHECKING:
-    from dsh.session.log import Session
+
+class _LazySource(Protocol):
+    """What an :class:`EventLog` needs of its session (``dsh.session.log.Session``): kept as a
+    protocol so this module does not import the one that imports it."""
+
+    @property
+    def _raw(self) -> object: ...
+
+    def _event(self, index: int) -> Event: ...
+
+    def _resolve_all(self) -> None: ...
 
 __all__ = ["EventLog", "RawEvents"]
 
@@ -79,9 +88,9 @@ class EventLog(Sequence[Event]):
 
     __slots__ = ("_events", "_session")
 
-    def __init__(self, events: list[Event], session: Session | None = None) -> None:
+    def __init__(self, events: list[Event], session: _LazySource | None = None) -> None:
         self._events = events
-        self._session = session if session is not None and session._raw is not None else None
+        self._session: _LazySource | None = session if session is not None and session._raw is not None else None
 
     def __len__(self) -> int:
         return len(self._events)
