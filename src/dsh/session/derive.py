@@ -116,8 +116,22 @@ class DerivedMessages(Sequence[Message]):
 
 
 def derive_messages(events: Iterable[Event]) -> list[Message]:
-    """Fold a raw log from scratch and project its surface (the naive reference algorithm)."""
-    from dsh.session.log import Session  # local: Session uses this module
+    """Fold a raw log from scratch and project its surface (the naive reference algorithm).
 
-    events = list(events)
-    return Session("derive", events).derive_messages().to_list()
+    Deliberately independent of :class:`~dsh.session.log.Session`'s incremental cache, so it can
+    check it: the surface is a list of node seqs, an ``append`` adds one and a replace
+    ``{start, end}`` swaps the nodes from ``start`` to ``end`` for the replacing event.
+    """
+    by_seq: dict[int, Event] = {}
+    nodes: list[int] = []
+    for event in events:
+        by_seq[event.seq] = event
+        op = event.surface_op
+        if op == "append":
+            nodes.append(event.seq)
+        elif isinstance(op, dict):
+            i = nodes.index(op["start"])
+            j = nodes.index(op["end"])
+            nodes[i : j + 1] = [event.seq]
+    projected = (project(by_seq[seq]) for seq in nodes)
+    return [message for message in projected if message is not None]

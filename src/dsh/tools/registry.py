@@ -23,7 +23,7 @@ import inspect
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
 import jsonschema.exceptions
@@ -34,6 +34,7 @@ import msgspec
 from dsh.runtime.abort import AbortController, AbortSignal
 from dsh.runtime.context import Context
 from dsh.runtime.keys import ServiceKey
+from dsh.session.vocab import ToolErrorInfo
 from dsh.tools.types import ContentBlock, Tool, ToolCall, ToolResult
 
 __all__ = ["Config", "ToolRegistry", "apply", "inject", "name"]
@@ -227,7 +228,7 @@ def _error_result(exc: BaseException) -> ToolResult:
     message = str(exc) or type(exc).__name__
     code = getattr(exc, "code", None)
     # error {name, code} marks harness-coded errors only (ones that carry a string code).
-    error = {"name": type(exc).__name__, "code": code} if isinstance(code, str) else None
+    error: ToolErrorInfo | None = {"name": type(exc).__name__, "code": code} if isinstance(code, str) else None
     return ToolResult(content=[_text(f"Error: {message}")], is_error=True, error=error)
 
 
@@ -237,7 +238,8 @@ def _blocks(tool_name: str, value: object) -> list[ContentBlock]:
             f'tool "{tool_name}" returned {type(value).__name__}; '
             "expected a list of content blocks or a ToolResult"
         )
-    return [dict(b) for b in value]
+    # Block shapes are the model's business; the log only needs JSON objects.
+    return cast("list[ContentBlock]", [dict(b) for b in value])
 
 
 def _normalize(tool_name: str, output: object) -> ToolResult:
@@ -259,4 +261,4 @@ TOOLS: ServiceKey[ToolRegistry] = ServiceKey("tools")
 
 def apply(ctx: Context, config: Config) -> None:
     """Provide ``ctx.tools``."""
-    ctx.provide("tools", ToolRegistry(tool_order=config.tool_order))
+    ctx.provide(TOOLS, ToolRegistry(tool_order=config.tool_order))
