@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsh.errors import UsageError
-from dsh.runtime import Context, Fiber, ServiceKey
+from dsh.persistence.base import SESSION_STORE  # the mounted store's key, re-exported
+from dsh.runtime import Context, Fiber
 from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins, resolve_plugin
 
 if TYPE_CHECKING:
@@ -42,9 +43,6 @@ __all__ = [
     "store_entry",
 ]
 
-# The mounted store's key. It belongs next to SessionStore (dsh.persistence.base); it lives here
-# until the persistence rewrite lands, and moves there then.
-SESSION_STORE: ServiceKey[SessionStore] = ServiceKey("session_store")
 
 DEFAULT_ROOT = "./.sessions"
 APP_NAMES = frozenset({"stdio-app", "dsh.apps.stdio"})

@@ -22,7 +22,7 @@ from dsh.agent.hooks import (
     SessionOnly,
 )
 from dsh.runtime import Context, ServiceKey
-from dsh.session import Event, ForkError, Session, fork_session
+from dsh.session import Event, ForkError, Session
 
 name = "sessions"
 
@@ -78,15 +78,6 @@ class SessionService:
 
     def list(self) -> list[Session]:
         return list(self._live.values())
-
-    def fork(self, source_id: str, boundary: int | None = None, child_id: str | None = None) -> Session:
-        """Seed a child from a live session's events up to a ``turn/end`` (docs/surface-and-derivation.md)."""
-        source = self._live.get(source_id)
-        if source is None:
-            raise ForkError(f'session "{source_id}" not found', "SESSION_NOT_FOUND")
-        if child_id is not None and child_id in self._live:
-            raise ForkError(f'session "{child_id}" already exists', "SESSION_ALREADY_EXISTS")
-        return self.adopt(fork_session(source, boundary, child_id))
 
     async def flush(self, session: Session) -> None:
         """The durability checkpoint: every ``session/flush`` listener runs and is awaited."""

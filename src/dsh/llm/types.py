@@ -29,6 +29,7 @@ from dsh.session.vocab import (
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
+    ToolSchema,
 )
 
 __all__ = [
@@ -67,14 +68,6 @@ __all__ = [
 # they are also what crosses this seam.
 
 BlockType: TypeAlias = Literal["text", "reasoning", "tool-call"]
-
-
-class ToolSchema(TypedDict):
-    """A tool as declared to the model: ``{name, description, parameters}`` (JSON Schema)."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
 
 
 # --------------------------------------------------------------------------- usage and finish

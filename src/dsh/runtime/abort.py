@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 __all__ = ["AbortController", "AbortError", "AbortSignal", "run_cancellable"]
 
@@ -156,9 +156,18 @@ class AbortController:
         self._signal._abort(AbortError("aborted") if reason is None else reason)
 
 
+class Abortable(Protocol):
+    """What :func:`run_cancellable` needs of a signal (an :class:`AbortSignal` or a look-alike)."""
+
+    @property
+    def aborted(self) -> bool: ...
+
+    def add_listener(self, callback: Callable[[], object], /) -> Callable[[], None]: ...
+
+
 async def run_cancellable(
     work: Coroutine[object, object, T],
-    signal: AbortSignal,
+    signal: Abortable,
     aborted: Callable[[], BaseException],
     *,
     grace: Callable[[], float] | None = None,

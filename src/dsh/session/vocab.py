@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Literal, NotRequired, TypeAlias, TypedDict
 
 __all__ = [
+    "COMPLETED",
     "AbortedReason",
     "AssistantMessageData",
     "CompletedReason",
@@ -29,18 +30,19 @@ __all__ = [
     "RejectedReason",
     "Role",
     "Source",
-    "StepBoundary",
     "SteeringMessageData",
+    "StepBoundary",
     "TextBlock",
     "ToolCallBlock",
     "ToolCallData",
     "ToolErrorInfo",
     "ToolResultBlock",
     "ToolResultData",
+    "ToolSchema",
+    "Trigger",
     "TurnEndData",
     "TurnEndReason",
     "TurnStartData",
-    "Trigger",
     "UserMessageData",
     "error_reason",
     "step_boundary",
@@ -97,6 +99,14 @@ class Message(TypedDict):
 
     role: Role
     content: list[ContentBlock]
+
+
+class ToolSchema(TypedDict):
+    """A tool as declared to the model: ``{name, description, parameters}`` (JSON Schema)."""
+
+    name: str
+    description: str
+    parameters: JsonObject
 
 
 def text_block(text: str) -> TextBlock:
@@ -159,6 +169,10 @@ TurnEndReason: TypeAlias = (
 class TurnEndData(TypedDict):
     turn: int
     reason: TurnEndReason | None
+
+
+COMPLETED: CompletedReason = {"kind": "completed"}
+"""Read-only: the session snapshots what it appends."""
 
 
 class StepBoundary(TypedDict):

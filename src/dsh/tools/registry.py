@@ -34,7 +34,7 @@ import msgspec
 from dsh.runtime.abort import AbortController, AbortSignal
 from dsh.runtime.context import Context
 from dsh.runtime.keys import ServiceKey
-from dsh.session.vocab import ToolErrorInfo
+from dsh.session.vocab import ToolErrorInfo, ToolSchema
 from dsh.tools.types import ContentBlock, Tool, ToolCall, ToolResult
 
 __all__ = ["Config", "ToolRegistry", "apply", "inject", "name"]
@@ -88,7 +88,7 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def schemas(self, tool_order: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def schemas(self, tool_order: Sequence[str] | None = None) -> list[ToolSchema]:
         """``[{"name", "description", "parameters"}]`` sorted by name, unless a tool order (the
         argument, else the configured ``toolOrder``) lists some first."""
         order = self.tool_order if tool_order is None else tool_order

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from dsh.runtime.abort import AbortSignal
-from dsh.session.vocab import ContentBlock, ToolErrorInfo
+from dsh.session.vocab import ContentBlock, ToolErrorInfo, ToolSchema
 
 __all__ = [
     "ContentBlock",
@@ -77,7 +77,7 @@ class Tool:
     # server's tools); the workspace tools decide per call and leave this False.
     needs_approval: bool = False
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> ToolSchema:
         """The model-facing declaration ``{name, description, parameters}`` (a fresh copy, so
         a caller mutating a request cannot corrupt the registered tool)."""
         return {
