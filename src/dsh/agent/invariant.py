@@ -8,12 +8,8 @@ Owns :class:`ShadowFold`, that naive fold, kept per agent and advanced lazily, a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from dsh.session import SURFACE_TYPES, Event, Message, Session, project
-
-if TYPE_CHECKING:
-    from dsh.agent.state import RunState
 
 
 class InvariantError(AssertionError):
@@ -82,13 +78,10 @@ class ShadowFold:
 
 
 def check_request(
-    state: RunState, session: Session, step_start: Event, prefix: Sequence[object], messages: Sequence[object]
+    shadow: ShadowFold, session: Session, step_start: Event, prefix: Sequence[object], messages: Sequence[object]
 ) -> None:
     """Raise :class:`InvariantError` unless ``messages`` is ``prefix`` plus the history derived
     from the raw log before ``step_start``."""
-    shadow = state.shadow
-    if shadow is None:
-        shadow = state.shadow = ShadowFold()
     shadow.advance(session, step_start.seq)
     if not shadow.check(prefix, messages):
         raise InvariantError(

@@ -4,7 +4,7 @@ Owns the driver (one task per agent: it waits for queued prompts and runs each b
 turn through :mod:`dsh.agent.turn`), resume, disposal, and the loop's config. The turn, the step
 (:mod:`dsh.agent.step`), tool execution (:mod:`dsh.agent.tool_exec`) and the dev invariant check
 (:mod:`dsh.agent.invariant`) are their own modules; the per-agent run state is
-:class:`~dsh.agent.state.RunState`.
+:class:`~dsh.agent.agent.RunState`.
 
 Config (all optional): ``agents`` (config-driven agents, docs/agent-loop.md), ``maxStepsPerTurn``
 (default 64), ``toolAbortGraceMs`` (default 100: how long a running tool may take to honour an
@@ -37,7 +37,8 @@ from dsh.agent.hooks import (
 )
 from dsh.agent.invariant import InvariantError
 from dsh.agent.sessions import SESSIONS
-from dsh.agent.step import StepRunner, StepSettings, header_key
+from dsh.agent.step import StepRunner, header_key
+from dsh.agent.step_context import StepSettings
 from dsh.agent.turn import TurnRunner
 from dsh.agent.turns import TurnError
 from dsh.persistence.base import SESSION_STORE

@@ -11,20 +11,34 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dsh import _clock
-from dsh.agent.hooks import (
-    SESSION_CHECKPOINT,
-    SESSION_CREATED,
-    SESSION_DISPOSED,
-    SESSION_FLUSH,
-    SessionOnly,
-)
-from dsh.runtime import Context, ServiceKey
+from dsh.runtime import Context, Hook, ServiceKey
 from dsh.session import Event, ForkError, Session
 
 name = "sessions"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOnly:
+    session: Session
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEvent:
+    session: Session
+    event: Event
+
+
+# Declared here, next to the service that dispatches them (dsh.agent.hooks re-exports them); store
+# plugins listen to them to persist sessions.
+SESSION_CREATED: Hook[SessionOnly] = Hook("session/created", SessionOnly)
+SESSION_EVENT: Hook[SessionEvent] = Hook("session/event", SessionEvent)
+SESSION_FLUSH: Hook[SessionOnly] = Hook("session/flush", SessionOnly)
+SESSION_CHECKPOINT: Hook[SessionOnly] = Hook("session/checkpoint", SessionOnly)
+SESSION_DISPOSED: Hook[SessionOnly] = Hook("session/disposed", SessionOnly)
 
 
 class SessionService:

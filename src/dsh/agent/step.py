@@ -15,59 +15,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from dsh import _json
-from dsh.agent.agent import Agent
 from dsh.agent.hooks import AGENT_ERROR, REQUEST, STEP_RESULT, AgentError, RequestConfig, StepResult
-from dsh.agent.invariant import check_request
+from dsh.agent.invariant import ShadowFold, check_request
 from dsh.agent.sessions import SESSIONS
-from dsh.agent.state import RunState
+from dsh.agent.step_context import StepContext, StepOutcome, StepSettings
 from dsh.agent.tool_exec import execute_calls
 from dsh.agent.turns import TurnError
 from dsh.llm.assembler import ChunkAssembler
 from dsh.llm.service import LLM
-from dsh.llm.types import LlmRequest, ToolSchema
-from dsh.runtime import AbortController, AbortSignal, Context, run_cancellable
-from dsh.session import DerivedMessages, Event
+from dsh.llm.types import LlmRequest
+from dsh.runtime import Context, run_cancellable
 from dsh.session.vocab import AssistantMessageData, ContentBlock, JsonObject, ToolCallBlock
 
 log = logging.getLogger("dsh.agent")
 
 JsonMap = Mapping[str, object]
-
-
-@dataclass(slots=True)
-class StepContext:
-    """Everything one step works from, built by the turn before ``step/start`` is final."""
-
-    agent: Agent
-    state: RunState
-    turn: int
-    step: int
-    system: str
-    tools: list[ToolSchema]
-    boundary: DerivedMessages
-    step_start: Event
-    controller: AbortController
-
-    @property
-    def signal(self) -> AbortSignal:
-        return self.controller.signal
-
-
-@dataclass(frozen=True, slots=True)
-class StepOutcome:
-    had_tool_calls: bool
-    finish: JsonObject
-
-
-@dataclass(frozen=True, slots=True)
-class StepSettings:
-    dev_checks: bool
-    checkpoint_before_model: bool
-    checkpoint_before_tools: bool
-    tool_abort_grace: float
 
 
 class StepRunner:
@@ -84,7 +48,7 @@ class StepRunner:
         grace = self.settings.tool_abort_grace
 
         def set_task(task: object) -> None:
-            state.step_task = task  # type: ignore[assignment]
+            state.step_task = task
 
         try:
             return await run_cancellable(
@@ -118,7 +82,9 @@ class StepRunner:
         self._log_header(sc, config, prefix)
         messages: Sequence[object] = [*prefix, *sc.boundary] if prefix else sc.boundary
         if self.settings.dev_checks:
-            check_request(state, agent.session, sc.step_start, prefix, messages)
+            if state.shadow is None:
+                state.shadow = ShadowFold()
+            check_request(state.shadow, agent.session, sc.step_start, prefix, messages)
         if self.settings.checkpoint_before_model:
             # A model call can take minutes: write the prompt, the readings and step/start first,
             # so a process killed mid-call leaves a turn that repair closes instead of losing it.
@@ -159,7 +125,7 @@ class StepRunner:
             agent.session.append("assistant/message", data, surface_op="append", source_event_seqs=chunk_seqs or None)
         calls: list[ToolCallBlock] = [] if max_tokens else [b for b in content if b.get("type") == "tool-call"]  # type: ignore[misc]
         if calls:
-            await execute_calls(self, sc, calls)
+            await execute_calls(self.ctx, sc, calls, self.checkpoint if self.settings.checkpoint_before_tools else None)
         return StepOutcome(bool(calls), finish)
 
     async def _request_config(self, sc: StepContext) -> JsonObject:

@@ -9,22 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
 
+from dsh.agent.agent import Agent
+from dsh.agent.step_context import StepContext
 from dsh.agent.turns import TurnError
+from dsh.runtime import Context
 from dsh.session.vocab import ToolCallBlock, ToolErrorInfo, ToolResultData, tool_error_result
 from dsh.tools.registry import TOOLS
 
-if TYPE_CHECKING:
-    from dsh.agent.agent import Agent
-    from dsh.agent.step import StepContext, StepRunner
 
-
-async def execute_calls(runner: StepRunner, sc: StepContext, calls: list[ToolCallBlock]) -> None:
+async def execute_calls(
+    ctx: Context,
+    sc: StepContext,
+    calls: list[ToolCallBlock],
+    checkpoint: Callable[[StepContext], Awaitable[None]] | None,
+) -> None:
+    """Run ``calls`` in order; ``checkpoint`` (when set) runs before each tool starts."""
     agent, state, turn, step, signal = sc.agent, sc.state, sc.turn, sc.step, sc.signal
     append = agent.session.append
-    execute = runner.ctx.require(TOOLS).execute
+    execute = ctx.require(TOOLS).execute
     contexts: list[object] = []
     for call in calls:
         if signal.aborted:
@@ -35,11 +39,11 @@ async def execute_calls(runner: StepRunner, sc: StepContext, calls: list[ToolCal
             "tool/call", {"turn": turn, "step": step, "callId": call_id, "name": tool_name, "arguments": raw}
         )
         sources = [call_event.seq]
-        if runner.settings.checkpoint_before_tools:
+        if checkpoint is not None:
             # A tool can run for minutes and act on the world: the assistant message and this
             # call reach the disk before it starts, so a process killed mid-tool leaves a call
             # that repair closes with the synthetic result, and the model learns it may have run.
-            await runner.checkpoint(sc)
+            await checkpoint(sc)
         state.in_tool = True
         try:
             result = await execute(

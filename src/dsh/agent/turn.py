@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
 
-from dsh.agent.agent import Agent
+from dsh.agent.agent import Agent, QueuedMessage, RunState, flush_turn
 from dsh.agent.hooks import (
     AGENT_ERROR,
     PRE_STEP,
@@ -27,11 +27,11 @@ from dsh.agent.hooks import (
     TurnContinuation,
     TurnStop,
 )
-from dsh.agent.state import QueuedMessage, RunState
-from dsh.agent.step import StepContext, StepRunner
+from dsh.agent.step import StepRunner
+from dsh.agent.step_context import StepContext
 from dsh.agent.system_prompt import SYSTEM_PROMPT
 from dsh.agent.tool_exec import inject_context
-from dsh.agent.turns import TurnError, flush_turn, reason_for
+from dsh.agent.turns import TurnError, reason_for
 from dsh.runtime import AbortController, AbortSignal, Context
 from dsh.session.vocab import (
     COMPLETED,

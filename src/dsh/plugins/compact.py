@@ -103,8 +103,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
+from dsh.agent.agent import flush_turn, side_turn
 from dsh.agent.hooks import PRE_STEP, PreStep
-from dsh.agent.turns import flush_turn, side_turn
 from dsh.llm.assembler import ChunkAssembler
 from dsh.llm.service import LLM
 from dsh.llm.types import LlmRequest
