@@ -103,6 +103,9 @@ class AgentLoop:
             checkpoint_before_tools=config.checkpoint_before_tools,
             tool_abort_grace=max(0, config.tool_abort_grace_ms) / 1000,
         )
+        self.checkpoint_before_model = settings.checkpoint_before_model
+        self.checkpoint_before_tools = settings.checkpoint_before_tools
+        self.tool_abort_grace = settings.tool_abort_grace
         self._turns = TurnRunner(ctx, StepRunner(ctx, settings), self.max_steps)
 
     # -- lifecycle ---------------------------------------------------------------------------
