@@ -113,7 +113,7 @@ class _FullCollections:
 async def _measure(root: str, turns: int) -> dict[str, Any]:
     os.environ.pop("DSH_DEV_CHECKS", None)
     ctx = Context()
-    await mount_agent_loop(ctx)
+    await mount_agent_loop(ctx, loop_config={"freezeHistory": True})  # as `dsh chat` runs it
     await ctx.plugin(time_context, {"timeZone": "UTC"})
     await ctx.plugin(jsonl, {"root": root})
     assert ctx.agent_loop.dev_checks is False

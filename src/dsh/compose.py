@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from dsh.apps.home import PATH_KEYS, default_root, resolve_config_paths
 from dsh.errors import UsageError
-from dsh.runtime import Context, Fiber, ServiceKey
+from dsh.persistence.base import SESSION_STORE  # the mounted store's key, re-exported
+from dsh.runtime import Context, Fiber
 from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins, resolve_plugin
 
 if TYPE_CHECKING:
@@ -43,9 +44,6 @@ __all__ = [
     "store_entry",
 ]
 
-# The mounted store's key. It belongs next to SessionStore (dsh.persistence.base); it lives here
-# until the persistence rewrite lands, and moves there then.
-SESSION_STORE: ServiceKey[SessionStore] = ServiceKey("session_store")
 
 DEFAULT_ROOT = "./.sessions"
 # The keyless model of the default composition.

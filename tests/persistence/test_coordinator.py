@@ -16,7 +16,7 @@ from dsh.persistence.base import SessionLocked, SessionStore
 from dsh.persistence.coordinator import mount_coordinator
 from dsh.persistence.jsonl import JsonlStore
 from dsh.runtime import ConfigError, Context
-from dsh.session import Event, Session
+from dsh.session import Event, Session, fork_session
 
 
 @pytest.fixture
@@ -151,7 +151,7 @@ async def test_fork_seeds_are_written_by_the_first_flush(ctx: Context, tmp_path:
     parent = ctx.sessions.create("parent", cwd="/w")
     closed_turn(parent, "one")
     closed_turn(parent, "two")
-    child = ctx.sessions.fork("parent", 6, "child")
+    child = ctx.sessions.adopt(fork_session(parent, 6, "child"))
     closed_turn(child, "three")
     await ctx.sessions.flush(child)
     path = store.locate(child.header)

@@ -1,7 +1,9 @@
 """Agents: the registry, the agent surface and the loop that drives turns and steps."""
 
 from dsh.agent.agent import Agent, AgentDisposedError, AgentOptions, AgentRegistry
-from dsh.agent.loop import AgentLoop, InvariantError, TurnError
+from dsh.agent.invariant import InvariantError
+from dsh.agent.loop import AgentLoop
+from dsh.agent.turns import TurnError
 
 __all__ = [
     "Agent",

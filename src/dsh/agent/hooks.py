@@ -10,8 +10,10 @@ the order is decided by the plugins themselves: time-context registers with ``pr
 its reading is appended before compaction (registered plainly) measures the history, whatever
 order the two plugins were mounted in.
 
-The ``session/*`` events are the live-session service's (:mod:`dsh.agent.sessions`); store
-plugins listen to them to persist sessions.
+The events an :class:`~dsh.agent.agent.Agent` dispatches itself (``agent/queued``, ``agent/status``,
+``agent/disposed``, ``agent/error``) are declared in :mod:`dsh.agent.agent`, and the ``session/*``
+events in :mod:`dsh.agent.sessions` (store plugins listen to them to persist sessions), so neither
+module depends on this one; this module re-exports them: import every hook from here.
 """
 
 from __future__ import annotations
@@ -20,12 +22,30 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from dsh.agent.agent import (
+    AGENT_DISPOSED,
+    AGENT_ERROR,
+    AGENT_QUEUED,
+    AGENT_STATUS,
+    Agent,
+    AgentError,
+    AgentOnly,
+    AgentQueued,
+    AgentStatus,
+)
+from dsh.agent.sessions import (
+    SESSION_CHECKPOINT,
+    SESSION_CREATED,
+    SESSION_DISPOSED,
+    SESSION_EVENT,
+    SESSION_FLUSH,
+    SessionEvent,
+    SessionOnly,
+)
 from dsh.runtime.keys import Chain, Hook
 
 if TYPE_CHECKING:
-    from dsh.agent.agent import Agent
     from dsh.runtime.abort import AbortSignal
-    from dsh.session import Event, Session
 
 __all__ = [
     "AGENT_CREATED",
@@ -46,35 +66,23 @@ __all__ = [
     "STEP_RESULT",
     "TURN_CONTINUATION",
     "TURN_STOP",
+    "AgentError",
+    "AgentOnly",
+    "AgentQueued",
+    "AgentStatus",
+    "SessionEvent",
+    "SessionOnly",
 ]
 
 JsonMap = Mapping[str, object]
 
 
-@dataclass(frozen=True, slots=True)
-class AgentOnly:
-    agent: Agent
 
 
-@dataclass(frozen=True, slots=True)
-class AgentError:
-    agent: Agent
-    turn: int
-    step: int
-    error: BaseException
 
 
-@dataclass(frozen=True, slots=True)
-class AgentQueued:
-    agent: Agent
-    content: Sequence[JsonMap]
-    meta: JsonMap  # {"source": ..., "steering": bool}
 
 
-@dataclass(frozen=True, slots=True)
-class AgentStatus:
-    agent: Agent
-    status: Literal["idle", "running", "disposed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,22 +147,11 @@ class StepResult:
     message: JsonMap
 
 
-@dataclass(frozen=True, slots=True)
-class SessionOnly:
-    session: Session
 
 
-@dataclass(frozen=True, slots=True)
-class SessionEvent:
-    session: Session
-    event: Event
 
 
 AGENT_CREATED: Hook[AgentOnly] = Hook("agent/created", AgentOnly)
-AGENT_DISPOSED: Hook[AgentOnly] = Hook("agent/disposed", AgentOnly)
-AGENT_ERROR: Hook[AgentError] = Hook("agent/error", AgentError)
-AGENT_QUEUED: Hook[AgentQueued] = Hook("agent/queued", AgentQueued)
-AGENT_STATUS: Hook[AgentStatus] = Hook("agent/status", AgentStatus)
 SESSION_START: Hook[SessionStart] = Hook("agent/session-start", SessionStart)
 PRE_STEP: Hook[PreStep] = Hook("agent/pre-step", PreStep)
 TURN_STOP: Hook[TurnStop] = Hook("agent/turn-stop", TurnStop)
@@ -164,20 +161,3 @@ TURN_CONTINUATION: Chain[TurnContinuation, object] = Chain("agent/turn-continuat
 PROMPT_SUBMIT: Chain[PromptSubmit, JsonMap] = Chain("agent/prompt-submit", PromptSubmit)
 STEP_RESULT: Chain[StepResult, JsonMap] = Chain("agent/step-result", StepResult)
 
-SESSION_CREATED: Hook[SessionOnly] = Hook("session/created", SessionOnly)
-SESSION_EVENT: Hook[SessionEvent] = Hook("session/event", SessionEvent)
-SESSION_FLUSH: Hook[SessionOnly] = Hook("session/flush", SessionOnly)
-SESSION_CHECKPOINT: Hook[SessionOnly] = Hook("session/checkpoint", SessionOnly)
-SESSION_DISPOSED: Hook[SessionOnly] = Hook("session/disposed", SessionOnly)
-
-
-@dataclass(frozen=True, slots=True)
-class PersistStopped:
-    """The store refused to write ``session_id`` any more (another program wrote to it)."""
-
-    session_id: str
-    error: BaseException
-
-
-# Emitted by the write coordinator; an app counts the run as failed.
-SESSION_PERSIST_STOPPED: Hook[PersistStopped] = Hook("session/persist-stopped", PersistStopped)

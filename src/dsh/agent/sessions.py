@@ -11,20 +11,46 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dsh import _clock
-from dsh.agent.hooks import (
-    SESSION_CHECKPOINT,
-    SESSION_CREATED,
-    SESSION_DISPOSED,
-    SESSION_FLUSH,
-    SessionOnly,
-)
-from dsh.runtime import Context, ServiceKey
-from dsh.session import Event, ForkError, Session, fork_session
+from dsh.runtime import Context, Hook, ServiceKey
+from dsh.session import Event, ForkError, Session
 
 name = "sessions"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOnly:
+    session: Session
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEvent:
+    session: Session
+    event: Event
+
+
+# Declared here, next to the service that dispatches them (dsh.agent.hooks re-exports them); store
+# plugins listen to them to persist sessions.
+SESSION_CREATED: Hook[SessionOnly] = Hook("session/created", SessionOnly)
+SESSION_EVENT: Hook[SessionEvent] = Hook("session/event", SessionEvent)
+SESSION_FLUSH: Hook[SessionOnly] = Hook("session/flush", SessionOnly)
+SESSION_CHECKPOINT: Hook[SessionOnly] = Hook("session/checkpoint", SessionOnly)
+SESSION_DISPOSED: Hook[SessionOnly] = Hook("session/disposed", SessionOnly)
+
+
+@dataclass(frozen=True, slots=True)
+class PersistStopped:
+    """The store refused to write ``session_id`` any more (another program wrote to it)."""
+
+    session_id: str
+    error: BaseException
+
+
+# Emitted by the write coordinator; an app counts the run as failed.
+SESSION_PERSIST_STOPPED: Hook[PersistStopped] = Hook("session/persist-stopped", PersistStopped)
 
 
 class SessionService:
@@ -78,15 +104,6 @@ class SessionService:
 
     def list(self) -> list[Session]:
         return list(self._live.values())
-
-    def fork(self, source_id: str, boundary: int | None = None, child_id: str | None = None) -> Session:
-        """Seed a child from a live session's events up to a ``turn/end`` (docs/surface-and-derivation.md)."""
-        source = self._live.get(source_id)
-        if source is None:
-            raise ForkError(f'session "{source_id}" not found', "SESSION_NOT_FOUND")
-        if child_id is not None and child_id in self._live:
-            raise ForkError(f'session "{child_id}" already exists', "SESSION_ALREADY_EXISTS")
-        return self.adopt(fork_session(source, boundary, child_id))
 
     async def flush(self, session: Session) -> None:
         """The durability checkpoint: every ``session/flush`` listener runs and is awaited."""

@@ -348,7 +348,7 @@ async def apply(ctx: Context, config: Config) -> None:
     await mount_spine(
         ctx,
         tool_order=config.tool_order,
-        loop_config={"maxStepsPerTurn": config.max_steps_per_turn},
+        loop_config={"maxStepsPerTurn": config.max_steps_per_turn, "freezeHistory": True},
         store=None
         if ctx.has("session_store")
         else app_store_entry(config.store, config.persistence_root, config.sqlite_path),

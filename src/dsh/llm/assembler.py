@@ -172,7 +172,3 @@ class ChunkAssembler:
     def finished(self) -> bool:
         """Whether a ``finish`` chunk was seen."""
         return self._finish is not None
-
-    @property
-    def block_count(self) -> int:
-        return len(self._partials)

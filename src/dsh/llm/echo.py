@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
+from dsh.llm.service import LLM
 from dsh.llm.types import AbortSignalLike, LlmRequest, StreamChunk, ToolCallBlock
 
 if TYPE_CHECKING:
@@ -212,5 +213,5 @@ def _config(config: object) -> Config:
 def apply(ctx: Context, config: Config | Mapping[str, Any] | None = None) -> None:
     """Register :class:`MockEchoAdapter` for ``config.models``; removed with the plugin."""
     cfg = _config(config)
-    llm = ctx.llm
+    llm = ctx.require(LLM)
     ctx.defer(llm.register_adapter(cfg.models, MockEchoAdapter(cfg.delay_ms, cfg.answer)))

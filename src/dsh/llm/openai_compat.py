@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 import openai
 
+from dsh.llm.service import LLM
 from dsh.llm.types import (
     BlockEndChunk,
     ContentBlock,
@@ -50,6 +51,7 @@ from dsh.llm.types import (
     StreamChunk,
     TokenUsage,
 )
+from dsh.runtime.abort import run_cancellable
 
 if TYPE_CHECKING:
     from dsh.runtime import Context
@@ -610,10 +612,10 @@ class OpenAICompatAdapter:
         def emit(chunk: StreamChunk) -> None:
             put((_CHUNK, chunk))
 
-        pump = asyncio.ensure_future(self._pump(request, emit))
-        pump.add_done_callback(lambda task: put((_END, task)))
         # Abort → cancel the pump at once: its ``finally`` closes the HTTP stream.
-        unlisten = signal.add_listener(pump.cancel) if signal is not None else None
+        work = self._pump(request, emit)
+        pump = asyncio.ensure_future(work if signal is None else run_cancellable(work, signal, _PumpAborted))
+        pump.add_done_callback(lambda task: put((_END, task)))
         try:
             while True:
                 kind, item = await queue.get()
@@ -631,13 +633,15 @@ class OpenAICompatAdapter:
                     raise exc
                 return
         finally:
-            if unlisten is not None:
-                unlisten()
             if not pump.done():
                 pump.cancel()
                 await asyncio.wait({pump})
             elif not pump.cancelled():
                 pump.exception()  # retrieved: it was raised above or superseded by the abort
+
+
+class _PumpAborted(Exception):
+    """The pump was cancelled by the request's signal (the stream then ends ``aborted``)."""
 
 
 # --------------------------------------------------------------------------- plugin
@@ -686,4 +690,4 @@ def apply(ctx: Context, config: Config | Mapping[str, Any] | None = None) -> Non
     cfg = _config(config)
     adapter = create_adapter(cfg)
     ctx.defer(adapter.aclose)
-    ctx.defer(ctx.llm.register_adapter(cfg.models, adapter))
+    ctx.defer(ctx.require(LLM).register_adapter(cfg.models, adapter))

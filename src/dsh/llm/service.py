@@ -1,13 +1,13 @@
 """The ``llm`` service: the model-name → adapter registry and the one streaming entry point.
 
 This module owns :class:`LlmService` and the plugin (``name = "llm"``) that provides it as
-``ctx.llm``:
+``LLM``:
 
 - ``register_adapter(models, adapter) -> unregister``; a model already served raises
   ``LlmError(code="DUPLICATE_ADAPTER")`` and registers nothing;
 - ``has_model(model)``, ``models()``;
 - ``stream(request)``: an async iterator of the adapter's chunks, routed by ``request.model``
-  through the ``llm/stream`` waterfall (``listener(request, next)``; ``next()`` returns the chunk
+  through the ``llm/stream`` waterfall (:data:`dsh.llm.hooks.STREAM`, ``listener(request, next)``; ``next()`` returns the chunk
   iterator of the rest of the chain, ending in the adapter). A model nobody serves raises
   ``LlmError('no adapter registered for model "<m>"', code="NO_ADAPTER")`` on first iteration.
 
@@ -18,9 +18,10 @@ buffering and no per-chunk work beyond forwarding.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, cast
 
+from dsh.llm.hooks import STREAM, StreamCall
 from dsh.llm.types import Adapter, LlmError, LlmRequest, StreamChunk
 from dsh.runtime.keys import ServiceKey
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["LlmService", "apply", "name"]
 
 name = "llm"
-STREAM_EVENT = "llm/stream"
 
 
 class LlmService:
@@ -95,7 +95,7 @@ class LlmService:
         """Stream ``request`` through the ``llm/stream`` waterfall to its model's adapter."""
         if self._ctx is not None:
             opened: object = await self._ctx.waterfall(
-                STREAM_EVENT, request, default=lambda: self._open(request)
+                STREAM, StreamCall(request), default=lambda: self._open(request)
             )
             if inspect.isawaitable(opened):  # a listener returned a coroutine of an iterator
                 opened = await opened
@@ -106,7 +106,7 @@ class LlmService:
             async for chunk in iterator:
                 yield chunk
         finally:
-            aclose: Any = getattr(iterator, "aclose", None)
+            aclose: Callable[[], Awaitable[object]] | None = getattr(iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
 
@@ -116,5 +116,5 @@ LLM: ServiceKey[LlmService] = ServiceKey("llm")
 
 
 def apply(ctx: Context, config: object = None) -> None:
-    """Provide ``ctx.llm``."""
-    ctx.provide("llm", LlmService(ctx))
+    """Provide ``LLM``."""
+    ctx.provide(LLM, LlmService(ctx))

@@ -2,7 +2,7 @@
 
 This module owns the *shapes* that cross the LLM seam (docs/llm.md) and nothing else:
 
-- content blocks (``text``, ``reasoning``, ``tool-call``, ``tool-result``) and messages;
+- content blocks and messages, re-exported from the durable vocabulary (:mod:`dsh.session.vocab`);
 - stream chunks (``block-start``, ``text-delta``, ``reasoning-delta``, ``tool-call-delta``,
   ``block-end``, ``usage``, ``finish``), :class:`TokenUsage` and :data:`FinishReason`;
 - :class:`LlmRequest`, what an adapter's ``stream(request)`` receives;
@@ -20,6 +20,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, Protocol, TypeAlias, TypedDict, runtime_checkable
+
+from dsh.session.vocab import (
+    ContentBlock,
+    Message,
+    ReasoningBlock,
+    Role,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSchema,
+)
 
 __all__ = [
     "AbortSignalLike",
@@ -53,58 +64,10 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------- content blocks
+# The durable vocabulary (dsh.session.vocab) owns blocks and messages; re-exported here because
+# they are also what crosses this seam.
 
-
-class TextBlock(TypedDict):
-    """``{type:'text', text}``."""
-
-    type: Literal["text"]
-    text: str
-
-
-class ReasoningBlock(TypedDict):
-    """``{type:'reasoning', text}``: the model's thinking channel."""
-
-    type: Literal["reasoning"]
-    text: str
-
-
-class ToolCallBlock(TypedDict):
-    """``{type:'tool-call', id, name, arguments}``; ``arguments`` is the raw JSON string."""
-
-    type: Literal["tool-call"]
-    id: str
-    name: str
-    arguments: str
-
-
-class ToolResultBlock(TypedDict):
-    """``{type:'tool-result', toolCallId, content, isError?}``."""
-
-    type: Literal["tool-result"]
-    toolCallId: str
-    content: list[ContentBlock]
-    isError: NotRequired[bool]
-
-
-ContentBlock: TypeAlias = TextBlock | ReasoningBlock | ToolCallBlock | ToolResultBlock
 BlockType: TypeAlias = Literal["text", "reasoning", "tool-call"]
-Role: TypeAlias = Literal["system", "user", "assistant"]
-
-
-class Message(TypedDict):
-    """``{role, content}``; the model-visible history is a list of these."""
-
-    role: Role
-    content: list[ContentBlock]
-
-
-class ToolSchema(TypedDict):
-    """A tool as declared to the model: ``{name, description, parameters}`` (JSON Schema)."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
 
 
 # --------------------------------------------------------------------------- usage and finish

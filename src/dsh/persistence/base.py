@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsh.runtime.keys import ServiceKey
 from dsh.session import Event, Session, encode_event, to_json
 
 
@@ -198,3 +199,7 @@ class SessionStore(abc.ABC):
     def follow(self, session_id: str, after_seq: int) -> AsyncIterator[Event] | None:
         """Events appended after ``after_seq`` by any process, live; ``None`` if unsupported."""
         return None
+
+
+SESSION_STORE: ServiceKey[SessionStore] = ServiceKey("session_store")
+"""The mounted store (``ctx.get(SESSION_STORE)``)."""

@@ -103,13 +103,14 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
-from dsh.agent.hooks import AGENT_ERROR, PRE_STEP, AgentError, PreStep
-from dsh.agent.sessions import SESSIONS
+from dsh.agent.agent import flush_turn, side_turn
+from dsh.agent.hooks import PRE_STEP, PreStep
 from dsh.llm.assembler import ChunkAssembler
 from dsh.llm.service import LLM
 from dsh.llm.types import LlmRequest
-from dsh.runtime import AbortSignal, Context, ServiceKey
+from dsh.runtime import AbortSignal, Context, ServiceKey, run_cancellable
 from dsh.session import SURFACE_TYPES, Event, Session
+from dsh.session.vocab import COMPLETED, TurnEndReason, error_reason
 
 if TYPE_CHECKING:
     from dsh.agent import Agent
@@ -981,19 +982,7 @@ class Compactor:
 
         if signal is None:
             return await collect()
-        task = asyncio.get_running_loop().create_task(collect())
-        remove = signal.add_listener(task.cancel)
-        try:
-            return await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if signal.aborted and (current is None or not current.cancelling()):
-                raise aborted() from None
-            raise
-        finally:
-            remove()
-            if not task.done():
-                task.cancel()
+        return await run_cancellable(collect(), signal, aborted)
 
     def _check_unchanged(self, session: Session, plan: _Plan) -> bool:
         surface = session.surface
@@ -1197,25 +1186,20 @@ class Compactor:
             if error is not None:
                 raise error
             return _RETRY
-        turn = session.last_turn + 1
-        session.append(
-            "turn/start", {"turn": turn, "trigger": {"kind": "injection", "source": dict(SOURCE)}}
-        )
-        start_event = session.append("compact/start", {"turn": turn})
         result: CompactResult | None = None
-        if error is None:
-            result = self._finish(session, turn, plan, start_event.seq, summary, content, model)
-            reason: dict[str, Any] = {"kind": "completed"}
-        else:
+
+        def body(turn: int) -> TurnEndReason:
+            nonlocal result
+            start_event = session.append("compact/start", {"turn": turn})
+            if error is None:
+                result = self._finish(session, turn, plan, start_event.seq, summary, content, model)
+                return COMPLETED
             message = _error_text(error)
             session.append("compact/end", {"turn": turn, "error": message})
-            reason = {"kind": "error", "step": 0, "message": message}
-        session.append("turn/end", {"turn": turn, "reason": reason})
-        try:
-            await self._ctx.require(SESSIONS).flush(session)
-        except Exception as exc:
-            log.warning("session/flush failed after compaction turn %s: %s", turn, exc)
-            self._ctx.emit(AGENT_ERROR, AgentError(agent, turn, 0, exc))
+            return error_reason(0, message)
+
+        turn = side_turn(session, dict(SOURCE), body)
+        await flush_turn(self._ctx, agent, turn)
         if error is not None:
             raise error
         return result

@@ -106,7 +106,9 @@ from typing import Any, Final
 import msgspec
 
 from dsh import _clock, _zones
-from dsh.runtime import Context
+from dsh.agent.agent import AGENTS, Agent
+from dsh.agent.hooks import AGENT_CREATED, PRE_STEP, PreStep
+from dsh.runtime import AbortSignal, Context, ServiceKey
 from dsh.session import Event
 
 name = "time-context"
@@ -374,8 +376,11 @@ class TimeContext:
         interval = self.refresh_interval_ms
         return interval <= 0 or last is None or now < last or now - last >= interval
 
+    def pre_step(self, event: PreStep) -> None:
+        self.on_pre_step(event.agent, event.turn, event.step, event.system_prompt, event.session_prefix, event.signal)
+
     def on_pre_step(
-        self, agent: Any, turn: int, step: int, _system: str, _prefix: Any, signal: Any
+        self, agent: Agent, turn: int, step: int, _system: str, _prefix: object, signal: AbortSignal | None
     ) -> None:
         if signal is not None and signal.aborted:
             return
@@ -392,9 +397,15 @@ def apply(ctx: Context, config: Config) -> None:
     interval = validate_interval(config.refresh_interval_ms)
     zone, zone_name = resolve_zone(config.time_zone)
     plugin = TimeContext(zone, zone_name, interval)
-    ctx.on("agent/pre-step", plugin.on_pre_step, prepend=True)
+    # prepend: the reading is appended before compaction (an ordinary pre-step listener)
+    # measures the history, whatever order the two plugins were mounted in.
+    ctx.on(PRE_STEP, plugin.pre_step, prepend=True)
     # Build each session's index when its agent appears, so no step pays for a full scan.
-    ctx.on("agent/created", lambda agent: reading_index(agent.session))
-    for agent in ctx.agents.list():
+    ctx.on(AGENT_CREATED, lambda created: reading_index(created.agent.session))
+    for agent in ctx.require(AGENTS).list():
         reading_index(agent.session)
-    ctx.provide("time_context", plugin)
+    ctx.provide(TIME_CONTEXT, plugin)
+
+
+TIME_CONTEXT: ServiceKey[TimeContext] = ServiceKey("time_context")
+"""The time-context plugin's service (``ctx.get(TIME_CONTEXT)``)."""

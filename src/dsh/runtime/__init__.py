@@ -6,7 +6,7 @@ service keys and hooks. This module re-exports
 their public names.
 """
 
-from dsh.runtime.abort import AbortController, AbortError, AbortSignal
+from dsh.runtime.abort import AbortController, AbortError, AbortSignal, run_cancellable
 from dsh.runtime.config import ConfigError, validate_config
 from dsh.runtime.context import Context, Fiber, FiberState, NotAPluginError
 from dsh.runtime.keys import Chain, Hook, MissingServiceError, ServiceKey, UndeclaredHookError
@@ -47,5 +47,6 @@ __all__ = [
     "parse_config",
     "pending_entries",
     "resolve_plugin",
+    "run_cancellable",
     "validate_config",
 ]

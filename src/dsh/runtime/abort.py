@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Protocol, TypeVar
 
-__all__ = ["AbortController", "AbortError", "AbortSignal"]
+__all__ = ["AbortController", "AbortError", "AbortSignal", "run_cancellable"]
+
+T = TypeVar("T")
 
 _log = logging.getLogger("dsh.runtime")
 
@@ -151,6 +154,60 @@ class AbortController:
         """Abort the signal. ``reason`` defaults to ``AbortError("aborted")``; a second call is a
         no-op and keeps the first reason."""
         self._signal._abort(AbortError("aborted") if reason is None else reason)
+
+
+class Abortable(Protocol):
+    """What :func:`run_cancellable` needs of a signal (an :class:`AbortSignal` or a look-alike)."""
+
+    @property
+    def aborted(self) -> bool: ...
+
+    def add_listener(self, callback: Callable[[], object], /) -> Callable[[], None]: ...
+
+
+async def run_cancellable(
+    work: Coroutine[object, object, T],
+    signal: Abortable,
+    aborted: Callable[[], BaseException],
+    *,
+    grace: Callable[[], float] | None = None,
+    started: Callable[[asyncio.Task[T]], object] | None = None,
+) -> T:
+    """Run ``work`` as its own task and cancel it when ``signal`` aborts.
+
+    Cancelling one child task interrupts code that does not watch the signal (a stream read, a
+    tool) without racing every await. When the abort cancelled the task, ``aborted()`` is raised
+    instead of :class:`asyncio.CancelledError`; a cancellation of the caller itself propagates
+    (and cancels the child). ``grace()``, read at the moment of abort, delays the cancel by that
+    many seconds so cooperative code can finish on its own; ``started`` receives the task.
+    """
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(work)
+    if started is not None:
+        started(task)
+    timers: list[asyncio.TimerHandle] = []
+
+    def on_abort() -> None:
+        delay = grace() if grace is not None else 0.0
+        if delay > 0:
+            timers.append(loop.call_later(delay, task.cancel))
+        else:
+            task.cancel()
+
+    remove = signal.add_listener(on_abort)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if signal.aborted and (current is None or not current.cancelling()):
+            raise aborted() from None
+        raise
+    finally:
+        remove()
+        for timer in timers:
+            timer.cancel()
+        if not task.done():
+            task.cancel()
 
 
 def _call_listener(cb: Callable[[], object]) -> None:

@@ -3,7 +3,7 @@
 Public names: :class:`Session`, :class:`Event`, :func:`derive_messages`, :func:`to_json`.
 """
 
-from dsh.session.derive import DerivedMessages, Message, project
+from dsh.session.derive import DerivedMessages, Message, derive_messages, project
 from dsh.session.event import (
     SURFACE_TYPES,
     Event,
@@ -13,7 +13,7 @@ from dsh.session.event import (
     to_json,
 )
 from dsh.session.fork import ForkError, fork_session
-from dsh.session.log import SESSION_FORMAT_VERSION, Session, SessionIndex, derive_messages
+from dsh.session.log import SESSION_FORMAT_VERSION, Session, SessionIndex
 from dsh.session.raw import EventLog
 from dsh.session.repair import INTERRUPTED_TOOL_TEXT, interrupted_turn_closers
 

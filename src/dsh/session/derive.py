@@ -11,7 +11,7 @@ until a replace, which starts a new one, so an old snapshot never changes under 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
 from dsh import _json
@@ -113,3 +113,25 @@ class DerivedMessages(Sequence[Message]):
 
     def __repr__(self) -> str:
         return f"DerivedMessages({self.to_list()!r})"
+
+
+def derive_messages(events: Iterable[Event]) -> list[Message]:
+    """Fold a raw log from scratch and project its surface (the naive reference algorithm).
+
+    Deliberately independent of :class:`~dsh.session.log.Session`'s incremental cache, so it can
+    check it: the surface is a list of node seqs, an ``append`` adds one and a replace
+    ``{start, end}`` swaps the nodes from ``start`` to ``end`` for the replacing event.
+    """
+    by_seq: dict[int, Event] = {}
+    nodes: list[int] = []
+    for event in events:
+        by_seq[event.seq] = event
+        op = event.surface_op
+        if op == "append":
+            nodes.append(event.seq)
+        elif isinstance(op, dict):
+            i = nodes.index(op["start"])
+            j = nodes.index(op["end"])
+            nodes[i : j + 1] = [event.seq]
+    projected = (project(by_seq[seq]) for seq in nodes)
+    return [message for message in projected if message is not None]

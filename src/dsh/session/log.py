@@ -448,9 +448,3 @@ def _seed_event(item: Event | Mapping[str, Any], index: int) -> Event:
         raise TypeError(f'session event "{type_}" carries non-JSON-serializable data') from None
     check_vocabulary(type_, data)
     return Event(type_, seq, time, data, seqs, op, surface_first)
-
-
-def derive_messages(events: Iterable[Event]) -> list[Message]:
-    """Fold a raw log from scratch and project its surface (the naive reference algorithm)."""
-    events = list(events)
-    return Session("derive", events).derive_messages().to_list()

@@ -23,13 +23,14 @@ import inspect
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import msgspec
 
 from dsh.runtime.abort import AbortController, AbortSignal
 from dsh.runtime.context import Context
 from dsh.runtime.keys import ServiceKey
+from dsh.session.vocab import ToolErrorInfo, ToolSchema
 from dsh.tools.types import ContentBlock, Tool, ToolCall, ToolResult
 
 if TYPE_CHECKING:  # imported on the first tool call: it costs more than the rest of startup
@@ -109,7 +110,7 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def schemas(self, tool_order: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def schemas(self, tool_order: Sequence[str] | None = None) -> list[ToolSchema]:
         """``[{"name", "description", "parameters"}]`` sorted by name, unless a tool order (the
         argument, else the configured ``toolOrder``) lists some first."""
         order = self.tool_order if tool_order is None else tool_order
@@ -275,7 +276,7 @@ def _error_result(exc: BaseException) -> ToolResult:
     message = str(exc) or type(exc).__name__
     code = getattr(exc, "code", None)
     # error {name, code} marks harness-coded errors only (ones that carry a string code).
-    error = {"name": type(exc).__name__, "code": code} if isinstance(code, str) else None
+    error: ToolErrorInfo | None = {"name": type(exc).__name__, "code": code} if isinstance(code, str) else None
     return ToolResult(content=[_text(f"Error: {message}")], is_error=True, error=error)
 
 
@@ -285,7 +286,8 @@ def _blocks(tool_name: str, value: object) -> list[ContentBlock]:
             f'tool "{tool_name}" returned {type(value).__name__}; '
             "expected a list of content blocks or a ToolResult"
         )
-    return [dict(b) for b in value]
+    # Block shapes are the model's business; the log only needs JSON objects.
+    return cast("list[ContentBlock]", [dict(b) for b in value])
 
 
 def _normalize(tool_name: str, output: object) -> ToolResult:
@@ -307,4 +309,4 @@ TOOLS: ServiceKey[ToolRegistry] = ServiceKey("tools")
 
 def apply(ctx: Context, config: Config) -> None:
     """Provide ``ctx.tools``."""
-    ctx.provide("tools", ToolRegistry(tool_order=config.tool_order))
+    ctx.provide(TOOLS, ToolRegistry(tool_order=config.tool_order))

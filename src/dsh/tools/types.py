@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from dsh.runtime.abort import AbortSignal
+from dsh.session.vocab import ContentBlock, ToolErrorInfo, ToolSchema
 
 __all__ = [
     "ContentBlock",
@@ -24,7 +25,6 @@ __all__ = [
     "define_tool",
 ]
 
-ContentBlock: TypeAlias = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class ToolResult:
     content: list[ContentBlock]
     is_error: bool = False
     # ``{"name": ..., "code": ...}`` for harness-coded errors only.
-    error: dict[str, str] | None = None
+    error: ToolErrorInfo | None = None
     meta: dict[str, Any] | None = None
     # Extra context the loop injects (as ``context/message``) after all tool results of a step.
     additional_contexts: list[Any] | None = None
@@ -80,7 +80,7 @@ class Tool:
     # (the schedule tools answer with the reference's coded JSON errors, not the registry's text).
     validate_arguments: bool = True
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> ToolSchema:
         """The model-facing declaration ``{name, description, parameters}`` (a fresh copy, so
         a caller mutating a request cannot corrupt the registered tool)."""
         return {
