@@ -8,21 +8,11 @@ from anywhere. Also owns resolving the relative paths of a config file against i
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-
-def dsh_home() -> Path:
-    """``$DSH_HOME``, else ``$XDG_DATA_HOME/dsh``, else ``~/.local/share/dsh``."""
-    explicit = os.environ.get("DSH_HOME")
-    if explicit:
-        return Path(explicit).expanduser()
-    data = os.environ.get("XDG_DATA_HOME")
-    # The XDG spec says a relative XDG_DATA_HOME is invalid and must be ignored.
-    base = Path(data) if data and os.path.isabs(data) else Path.home() / ".local" / "share"
-    return base / "dsh"
+from dsh._home import dsh_home
 
 
 def default_root() -> Path:

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 import msgspec
 
+from dsh._home import dsh_home
 from dsh.runtime import Context
 
 __all__ = ["Config", "apply", "collect", "inject", "name", "render"]
@@ -51,13 +52,8 @@ class Config(msgspec.Struct, rename="camel"):
     max_bytes: int = 64 * 1024
 
 
-def dsh_home(config: Config) -> Path:
-    if config.home:
-        return Path(config.home).expanduser()
-    if os.environ.get("DSH_HOME"):
-        return Path(os.environ["DSH_HOME"]).expanduser()
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "dsh"
+def home_folder(config: Config) -> Path:
+    return Path(config.home).expanduser() if config.home else dsh_home()
 
 
 def project_root(cwd: Path) -> Path:
@@ -77,7 +73,7 @@ def collect(cwd: Path, config: Config) -> list[tuple[str, str]]:
     root = project_root(cwd)
     folders: list[tuple[Path, bool]] = []
     if config.include_home:
-        folders.append((dsh_home(config), True))
+        folders.append((home_folder(config), True))
     chain = [cwd, *cwd.parents]
     for folder in reversed(chain[: chain.index(root) + 1]):
         folders.append((folder, False))

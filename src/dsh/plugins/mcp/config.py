@@ -26,6 +26,7 @@ from typing import Literal
 
 import msgspec
 
+from dsh._home import dsh_home
 from dsh.plugins.mcp.naming import valid_server_name
 from dsh.runtime.config import ConfigError
 
@@ -141,15 +142,6 @@ class Config(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
         ):
             if value <= 0:
                 raise ValueError(f"mcp: {key} must be a positive integer, got {value}")
-
-
-def dsh_home(environ: Mapping[str, str] | None = None) -> Path:
-    """The dsh home folder: ``$DSH_HOME``, else ``$XDG_DATA_HOME/dsh``, else ~/.local/share/dsh."""
-    env = os.environ if environ is None else environ
-    if env.get("DSH_HOME"):
-        return Path(env["DSH_HOME"]).expanduser()
-    data = env.get("XDG_DATA_HOME") or str(Path("~/.local/share").expanduser())
-    return Path(data) / "dsh"
 
 
 def _expand(value: str, where: str, environ: Mapping[str, str], *, secret: bool = False) -> str:
