@@ -30,8 +30,8 @@ def add_parser(commands: argparse._SubParsersAction[P], parser_class: type[P]) -
     sub = mcp.add_subparsers(dest="action", required=True, parser_class=parser_class)
     listing = sub.add_parser("list", help="configured servers, their status and tools")
     listing.add_argument("--config", metavar="FILE", help="use the mcp entries of a YAML composition")
-    listing.add_argument("--json", action="store_true")
-    listing.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+    listing.add_argument("--json", action="store_true", help="one JSON object per server")
+    listing.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs on stderr")
 
 
 def _entries(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | None]:

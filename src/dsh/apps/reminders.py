@@ -65,7 +65,7 @@ def add_parser(commands: Any, store_options: Callable[[argparse.ArgumentParser],
     reminders = commands.add_parser("reminders", help="reminders of every stored session; the delivery worker")
     sub = reminders.add_subparsers(dest="action", required=True, parser_class=type(reminders))
     listing = sub.add_parser("list", help="every active reminder, soonest first")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="one JSON object per reminder")
     run = sub.add_parser("run", help="deliver due reminders of sessions nobody has open")
     run.add_argument("--once", action="store_true", help="one pass over the store, then exit")
     run.add_argument("--poll", type=float, default=DEFAULT_POLL_S, metavar="SECONDS", help="how often to look for new reminders")
@@ -73,7 +73,7 @@ def add_parser(commands: Any, store_options: Callable[[argparse.ArgumentParser],
     run.add_argument("--base-url", help="any OpenAI-compatible endpoint")
     for sub_parser in (listing, run):
         store_options(sub_parser)
-        sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
+        sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs on stderr")
 
 
 # -- stores ----------------------------------------------------------------------------------
