@@ -192,7 +192,8 @@ def test_dsh_chat_reports_one_line_and_leaves_the_file_alone(tmp_path: Path) -> 
     chat = Interactive(["chat", "--config", "dsh.yml"], workdir)
     chat.send("first\n")
     chat.read_until("\n> ", count=2)
-    [log] = session_files(workdir)
+    # E2E_CONFIG's persistenceRoot (./.sessions) is a project-local store.
+    [log] = session_files(workdir, workdir / ".sessions")
     count = len(log.read_bytes().splitlines()) - 1
     line = json.dumps(
         {"type": "turn/start", "seq": count, "time": 1, "data": {"turn": 2}}, separators=(",", ":")

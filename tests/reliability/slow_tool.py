@@ -90,7 +90,8 @@ def write_composition(folder: Path, base_url: str, store: str) -> Path:
         "  name: stdio-app\n"
         "  config:\n"
         f"    model: {MODEL}\n"
-        f"    store: {store}\n",
+        f"    store: {store}\n"
+        "    persistenceRoot: ./.sessions\n",
         encoding="utf-8",
     )
     return config
