@@ -65,8 +65,9 @@ def env(tmp_path: Path) -> dict[str, str]:
     return {"DSH_HOME": str(tmp_path / "home"), "MCP_TEST_TOKEN": TOKEN, **NO_PROXY}
 
 
-def events(cwd: Path) -> list[dict[str, Any]]:
-    (log,) = session_files(cwd)
+def events(cwd: Path, tmp_path: Path) -> list[dict[str, Any]]:
+    # Sessions live under $DSH_HOME/sessions, and env() points the chat's DSH_HOME at tmp_path/home.
+    (log,) = session_files(cwd, tmp_path / "home" / "sessions")
     return [json.loads(line) for line in log.read_text().splitlines()[1:]]
 
 
@@ -175,7 +176,7 @@ def test_stdio_and_http_tools_in_a_chat(
     assert tool_messages(fifth)["g2"] == "extra y"
     del third
 
-    logged = {e["data"]["callId"]: e["data"] for e in events(workdir) if e["type"] == "tool/result"}
+    logged = {e["data"]["callId"]: e["data"] for e in events(workdir, tmp_path) if e["type"] == "tool/result"}
     assert logged["c1"]["content"] == [{"type": "text", "text": "alpha found cats"}]
     assert logged["c6"]["isError"] is True
     assert [b["text"] for b in logged["c7"]["content"]] == [
@@ -237,9 +238,9 @@ def test_ctrl_c_cancels_the_mcp_call(sse_server: SSEServer, workdir: Path, tmp_p
         if chat.proc.poll() is None:
             chat.proc.kill()
     assert rc == 0, err
-    ends = [e["data"]["reason"] for e in events(workdir) if e["type"] == "turn/end"]
+    ends = [e["data"]["reason"] for e in events(workdir, tmp_path) if e["type"] == "turn/end"]
     assert ends[-1]["kind"] == "aborted"
-    result = next(e["data"] for e in events(workdir) if e["type"] == "tool/result")
+    result = next(e["data"] for e in events(workdir, tmp_path) if e["type"] == "tool/result")
     assert result["isError"] is True
 
 

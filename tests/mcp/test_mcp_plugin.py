@@ -78,7 +78,7 @@ async def test_approval_flags_and_unique_server_names(mounted: Any, tmp_path: Pa
 
 
 async def test_stdio_server_killed_errors_while_down_then_recovers(mounted: Any, tmp_path: Path) -> None:
-    ctx = await mounted(stdio("alpha", tmp_path))
+    ctx = await mounted(stdio("alpha", tmp_path, approval="trusted"))
     (pid, _guard), = pids(tmp_path / "alpha.pids")
     conn = server(ctx, "alpha").connection
     os.kill(pid, signal.SIGKILL)
@@ -95,7 +95,7 @@ async def test_stdio_server_killed_errors_while_down_then_recovers(mounted: Any,
 async def test_http_server_restarted_is_reconnected(mounted: Any, tmp_path: Path) -> None:
     first = HttpServer("web", tmp_path)
     try:
-        ctx = await mounted(PluginEntry("web", "mcp", {"serverName": "web", "url": first.url, "startupTimeoutMs": 180_000}))
+        ctx = await mounted(PluginEntry("web", "mcp", {"serverName": "web", "url": first.url, "startupTimeoutMs": 180_000, "approval": "trusted"}))
         assert await call(ctx, "mcp__web__search", q="a") == (False, "web found a")
         first.stop()
         failed, text = await call(ctx, "mcp__web__search", q="b")
@@ -139,7 +139,7 @@ async def test_spent_budget_is_a_clear_final_error(
     monkeypatch.setattr(supervision, "MAX_FAILURES", 2)
     web = HttpServer("web", tmp_path)
     try:
-        ctx = await mounted(PluginEntry("web", "mcp", {"serverName": "web", "url": web.url, "startupTimeoutMs": 180_000}))
+        ctx = await mounted(PluginEntry("web", "mcp", {"serverName": "web", "url": web.url, "startupTimeoutMs": 180_000, "approval": "trusted"}))
         web.stop()
         await call(ctx, "mcp__web__search", q="b")  # notices the server is gone
         conn = server(ctx, "web").connection

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -161,7 +162,7 @@ async def test_sigterm_ends_the_running_turn_aborted_and_flushes(tmp_path: Path)
         assert await asyncio.wait_for(proc.wait(), 60) == 0, stderr_of(log)
         with pytest.raises(ConnectionError):
             await asyncio.wait_for(running, 30)
-    log_path = next((tmp_path / ".sessions").glob("*/*.jsonl"))
+    log_path = next((Path(os.environ["DSH_HOME"]) / "sessions").glob("*/*.jsonl"))
     events = [json.loads(line) for line in log_path.read_text().splitlines()[1:]]
     assert events[-1]["type"] == "turn/end"
     assert events[-1]["data"]["reason"] == {"kind": "aborted", "reason": "dsh acp stopped (end of input or a signal)"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -118,7 +119,7 @@ async def test_workspace_tools_and_permissions(tmp_path: Path) -> None:
             assert r3.stop_reason == "cancelled"
             assert not (tmp_path / "hang.txt").exists()
 
-    log_path = next((tmp_path / ".sessions").glob("*/*.jsonl"))
+    log_path = next((Path(os.environ["DSH_HOME"]) / "sessions").glob("*/*.jsonl"))
     events = [json.loads(line) for line in log_path.read_text().splitlines()[1:]]
     decided = [e["data"]["outcome"] for e in events if e["type"] == "approval/decided"]
     assert decided == ["allowed-once", "rejected", "cancelled", "cancelled"]
