@@ -2,7 +2,7 @@
 
 Each test runs the real ``dsh chat`` command in a subprocess, on the default composition (no
 config file: ``openai-llm`` in place of the echo model, ``echo-tool``, ``time-context`` and JSONL
-sessions under ``./.sessions``), against :class:`sse_server.SSEServer`, and checks what reached
+sessions under ``$DSH_HOME/sessions``), against :class:`sse_server.SSEServer`, and checks what reached
 the wire, what the user saw, what the session log holds, and that the API key leaked nowhere.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from sse_server import Recorded, Reply, SSEServer, chunk, usage_chunk
-from tests.apps.conftest import Interactive, run_dsh, session_files
+from tests.apps.conftest import Interactive, default_root, run_dsh, session_files
 
 KEY = "sk-e2e-SECRET-xyz"
 # Loopback traffic must never go through a proxy the machine happens to configure.
@@ -157,9 +157,10 @@ def assert_key_only_in_auth(requests: list[Recorded]) -> None:
 
 
 def assert_key_nowhere(root: Path, *texts: str) -> None:
+    """No trace of the key in ``texts``, under ``root`` or under ``$DSH_HOME`` (the session store)."""
     for text in texts:
         assert KEY not in text
-    files = [p for p in root.rglob("*") if p.is_file()]
+    files = [p for base in (root, default_root()) for p in base.rglob("*") if p.is_file()]
     assert files  # at least the session log
     for path in files:
         assert KEY.encode() not in path.read_bytes(), path
