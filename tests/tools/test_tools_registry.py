@@ -294,3 +294,46 @@ async def test_validator_follows_a_reregistered_tool_and_an_invalid_schema_is_no
     assert (await reg.execute(call_id="3", name="b", arguments={"a": 1})).content == [
         {"type": "text", "text": "ran"}
     ]
+
+
+async def test_a_tool_registered_for_one_agent_is_seen_and_run_by_that_agent_only() -> None:
+    reg = ToolRegistry()
+    reg.register(text_tool("shared"))
+    remove_a = reg.register(text_tool("mcp__docs__search", "from a"), agent_id="a")
+    reg.register(text_tool("mcp__docs__search", "from b"), agent_id="b")  # the same name, another agent
+    reg.register(text_tool("only_b"), agent_id="b")
+
+    assert [s["name"] for s in reg.schemas()] == ["shared"]
+    assert [s["name"] for s in reg.schemas(agent_id="a")] == ["mcp__docs__search", "shared"]
+    assert [s["name"] for s in reg.schemas(agent_id="b")] == ["mcp__docs__search", "only_b", "shared"]
+    assert [s["name"] for s in reg.schemas(["shared"], agent_id="a")] == ["shared", "mcp__docs__search"]
+    assert reg.names(agent_id="c") == ["shared"] and "only_b" not in reg and len(reg) == 1
+
+    ran_a = await reg.execute(call_id="1", name="mcp__docs__search", arguments={}, agent_id="a")
+    ran_b = await reg.execute(call_id="2", name="mcp__docs__search", arguments={}, agent_id="b")
+    assert (ran_a.content, ran_b.content) == ([{"type": "text", "text": "from a"}], [{"type": "text", "text": "from b"}])
+    for agent_id in ("a", None):
+        refused = await reg.execute(call_id="3", name="only_b", arguments={}, agent_id=agent_id)
+        assert refused.is_error and refused.error == {"name": "ToolNotFoundError", "code": "UNKNOWN_TOOL"}
+
+    # One name means one tool to an agent: an agent's own tool cannot shadow a shared one, and a
+    # shared tool cannot take a name some agent owns.
+    with pytest.raises(ValueError, match='tool "shared" is already registered'):
+        reg.register(text_tool("shared"), agent_id="a")
+    with pytest.raises(ValueError, match='tool "only_b" is already registered'):
+        reg.register(text_tool("only_b"))
+    remove_a()
+    assert reg.names(agent_id="a") == ["shared"]
+    assert reg.get("mcp__docs__search", agent_id="b") is not None
+
+
+async def test_each_agents_tool_is_checked_against_its_own_schema() -> None:
+    reg = ToolRegistry()
+    strict = define_tool(name="t", description="d", parameters=ADD_SCHEMA, execute=lambda a, c: "strict ran")
+    loose = define_tool(name="t", description="d", execute=lambda a, c: "loose ran")
+    reg.register(strict, agent_id="a")
+    reg.register(loose, agent_id="b")
+    for _ in range(2):  # the second round reads the cached validators
+        assert (await reg.execute(call_id="1", name="t", arguments={}, agent_id="a")).is_error
+        ran = await reg.execute(call_id="2", name="t", arguments={}, agent_id="b")
+        assert ran.content == [{"type": "text", "text": "loose ran"}]

@@ -47,7 +47,12 @@ async def execute_calls(
         state.in_tool = True
         try:
             result = await execute(
-                call_id=call_id, name=tool_name, arguments=parse_arguments(raw), agent=agent, signal=signal
+                call_id=call_id,
+                name=tool_name,
+                arguments=parse_arguments(raw),
+                agent=agent,
+                signal=signal,
+                agent_id=agent.id,
             )
         except asyncio.CancelledError:
             if not signal.aborted:

@@ -84,7 +84,7 @@ class TurnRunner:
                 if state.cancel_reason is not None:
                     controller.abort(state.cancel_reason)
                 system = self._render_system(agent)
-                tools = self.ctx.require(TOOLS).schemas()
+                tools = self.ctx.require(TOOLS).schemas(agent_id=agent.id)
                 reason = _stop_reason(state)
                 if reason is not None:
                     break

@@ -1,7 +1,9 @@
 """The tool registry service (``ctx.tools``) and the ``tools`` plugin that provides it.
 
 This module owns registration, the model-facing schema list, and the execute pipeline the agent
-loop calls for every tool call. The pipeline never raises into the loop: an unknown tool, a
+loop calls for every tool call. A tool is seen by every agent, or registered for one agent id
+alone (``register(tool, agent_id=...)``): then only that agent's requests list it
+(``schemas(agent_id=...)``) and only its calls reach it (``execute(..., agent_id=...)``). The pipeline never raises into the loop: an unknown tool, a
 raising body or a malformed return value all become an ``Error: ...`` result with
 ``is_error=True``. Only cancellation (``asyncio.CancelledError``) and process-level exits pass
 through, since swallowing them would make a cancelled turn hang or an interrupt ignored.
@@ -67,8 +69,12 @@ class ToolRegistry:
 
     def __init__(self, *, tool_order: Sequence[str] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
-        # name -> (the tool it was built for, its validator or None when the schema is invalid)
-        self._validators: dict[str, tuple[Tool, jsonschema.protocols.Validator | None]] = {}
+        # agent id -> that agent's own tools (dsh acp: the MCP servers one ACP session's client
+        # passed), seen by no other agent.
+        self._own: dict[str, dict[str, Tool]] = {}
+        # (agent id or None, name) -> (the tool it was built for, its validator or None when the
+        # schema is invalid)
+        self._validators: dict[tuple[str | None, str], tuple[Tool, jsonschema.protocols.Validator | None]] = {}
         self.tool_order: list[str] | None = list(tool_order) if tool_order is not None else None
         self.approval_gate: ApprovalGate | None = None
 
@@ -82,27 +88,50 @@ class ToolRegistry:
 
         return remove
 
-    def register(self, tool: Tool) -> Callable[[], None]:
-        """Add ``tool``; returns a function that removes it. A duplicate name raises."""
+    def register(self, tool: Tool, *, agent_id: str | None = None) -> Callable[[], None]:
+        """Add ``tool``; returns a function that removes it. A duplicate name raises.
+
+        With ``agent_id`` the tool belongs to that agent alone: only its requests list it and only
+        its calls reach it. Its name must not be taken by a tool every agent sees, but two agents
+        may each own a tool of the same name.
+        """
         if not isinstance(tool, Tool):
             raise TypeError("register() expects a Tool (see dsh.tools.define_tool)")
-        if tool.name in self._tools:
+        if agent_id is None:
+            table = self._tools
+            taken = tool.name in table or any(tool.name in own for own in self._own.values())
+        else:
+            table = self._own.setdefault(agent_id, {})
+            taken = tool.name in table or tool.name in self._tools
+        if taken:
             raise ValueError(f'tool "{tool.name}" is already registered')
-        self._tools[tool.name] = tool
+        table[tool.name] = tool
 
         def unregister() -> None:
             # Only remove our own registration, never a later tool that reused the name.
-            if self._tools.get(tool.name) is tool:
-                del self._tools[tool.name]
-                self._validators.pop(tool.name, None)
+            if table.get(tool.name) is tool:
+                del table[tool.name]
+                self._validators.pop((agent_id, tool.name), None)
+                if agent_id is not None and not table and self._own.get(agent_id) is table:
+                    del self._own[agent_id]
 
         return unregister
 
-    def get(self, tool_name: str) -> Tool | None:
-        return self._tools.get(tool_name)
+    def get(self, tool_name: str, *, agent_id: str | None = None) -> Tool | None:
+        """The tool ``tool_name`` as agent ``agent_id`` sees it (None: tools every agent sees)."""
+        return self._lookup(tool_name, agent_id)[0]
 
-    def names(self) -> list[str]:
-        return sorted(self._tools)
+    def _lookup(self, tool_name: str, agent_id: str | None) -> tuple[Tool | None, str | None]:
+        """The tool and its owner (``None`` for a tool every agent sees)."""
+        tool = self._tools.get(tool_name)
+        if tool is None and agent_id is not None:
+            own = self._own.get(agent_id)
+            if own is not None and tool_name in own:
+                return own[tool_name], agent_id
+        return tool, None
+
+    def names(self, *, agent_id: str | None = None) -> list[str]:
+        return sorted(self._visible(agent_id))
 
     def __contains__(self, tool_name: object) -> bool:
         return tool_name in self._tools
@@ -110,16 +139,22 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def schemas(self, tool_order: Sequence[str] | None = None) -> list[ToolSchema]:
-        """``[{"name", "description", "parameters"}]`` sorted by name, unless a tool order (the
-        argument, else the configured ``toolOrder``) lists some first."""
+    def _visible(self, agent_id: str | None) -> Mapping[str, Tool]:
+        own = self._own.get(agent_id) if agent_id is not None else None
+        return {**self._tools, **own} if own else self._tools
+
+    def schemas(self, tool_order: Sequence[str] | None = None, *, agent_id: str | None = None) -> list[ToolSchema]:
+        """``[{"name", "description", "parameters"}]`` of the tools agent ``agent_id`` sees (every
+        agent's, plus its own), sorted by name, unless a tool order (the argument, else the
+        configured ``toolOrder``) lists some first."""
+        tools = self._visible(agent_id)
         order = self.tool_order if tool_order is None else tool_order
-        names = sorted(self._tools)
+        names = sorted(tools)
         if order:
-            first = [n for n in dict.fromkeys(order) if n in self._tools]
+            first = [n for n in dict.fromkeys(order) if n in tools]
             listed = set(first)
             names = first + [n for n in names if n not in listed]
-        return [self._tools[n].schema() for n in names]
+        return [tools[n].schema() for n in names]
 
     async def execute(
         self,
@@ -129,18 +164,20 @@ class ToolRegistry:
         arguments: Any,
         agent: Any = None,
         signal: AbortSignal | None = None,
+        agent_id: str | None = None,
     ) -> ToolResult:
         """Run tool ``name`` with ``arguments`` (parsed JSON, or the raw string when the model's
         JSON did not parse, which is refused) once they fit its schema. Always returns a
-        :class:`ToolResult`."""
-        tool = self._tools.get(name)
+        :class:`ToolResult`. ``agent_id`` is the calling agent: another agent's own tool is
+        unknown to it."""
+        tool, owner = self._lookup(name, agent_id)
         if tool is None:
             return ToolResult(
                 content=[_text(f'Error: unknown tool "{name}"')],
                 is_error=True,
                 error={"name": "ToolNotFoundError", "code": "UNKNOWN_TOOL"},
             )
-        invalid = self._check_arguments(tool, arguments)
+        invalid = self._check_arguments(tool, arguments, owner)
         if invalid is not None:
             return ToolResult(
                 content=[_text(f'Error: invalid arguments for tool "{name}": {invalid}')],
@@ -186,8 +223,9 @@ class ToolRegistry:
             _log.debug("approval gate failed for %s", tool.name, exc_info=True)
             return f'approval unavailable: "{tool.name}" could not be approved ({exc}); the call was not run'
 
-    def _validator(self, tool: Tool) -> jsonschema.protocols.Validator | None:
-        cached = self._validators.get(tool.name)
+    def _validator(self, tool: Tool, owner: str | None) -> jsonschema.protocols.Validator | None:
+        key = (owner, tool.name)
+        cached = self._validators.get(key)
         if cached is not None and cached[0] is tool:
             return cached[1]
         import jsonschema
@@ -207,10 +245,10 @@ class ToolRegistry:
                 exc.message,
             )
             validator = None
-        self._validators[tool.name] = (tool, validator)
+        self._validators[key] = (tool, validator)
         return validator
 
-    def _check_arguments(self, tool: Tool, arguments: Any) -> str | None:
+    def _check_arguments(self, tool: Tool, arguments: Any, owner: str | None) -> str | None:
         """Why ``arguments`` do not fit ``tool``'s schema (one line), or None when they do."""
         if isinstance(arguments, str):
             # The loop passes the raw text when the model's JSON did not parse.
@@ -220,7 +258,7 @@ class ToolRegistry:
                 return f"not valid JSON ({exc})"
             except RecursionError:
                 return "not valid JSON (nested too deeply)"
-        validator = self._validator(tool) if tool.validate_arguments else None
+        validator = self._validator(tool, owner) if tool.validate_arguments else None
         if validator is None:
             return None
         errors = sorted(
