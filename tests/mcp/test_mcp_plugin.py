@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from dsh.plugins.mcp import supervision
-from dsh.plugins.mcp.plugin import Server, servers
+from dsh.plugins.mcp.config import Config, ServerSpec, spec_from_config
+from dsh.plugins.mcp.plugin import Server, connect, servers
 from dsh.runtime import Context
 from dsh.runtime.loader import LoadError, PluginEntry, load_plugins
-from tests.mcp.conftest import SERVER, HttpServer, pids
+from dsh.tools.registry import TOOLS
+from tests.mcp.conftest import SERVER, HttpServer, alive, pids
 
 pytestmark = pytest.mark.slow
 
@@ -150,3 +152,47 @@ async def test_spent_budget_is_a_clear_final_error(
         assert text.endswith("Restart dsh to reconnect.")
     finally:
         web.stop()
+
+
+def agent_spec(tag: str, tmp: Path, name: str = "docs") -> ServerSpec:
+    config = Config(
+        server_name=name,
+        command=sys.executable,
+        args=[str(SERVER)],
+        env={"MCP_TAG": tag, "MCP_PIDFILE": str(tmp / f"{tag}.pids")},
+        approval="trusted",
+        startup_timeout_ms=180_000,
+    )
+    return spec_from_config(config, source="test")
+
+
+async def test_servers_connected_for_one_agent_are_that_agents_alone(mounted: Any, tmp_path: Path) -> None:
+    ctx = await mounted(stdio("shared", tmp_path, approval="trusted"))
+    registry = ctx.require(TOOLS)
+    # The same server name for two agents; a name every agent already sees is skipped.
+    mount_a = await connect(registry, [agent_spec("alpha", tmp_path), agent_spec("x", tmp_path, "shared")], agent_id="a", skip_taken=True)
+    mount_b = await connect(registry, [agent_spec("beta", tmp_path)], agent_id="b")
+    try:
+        assert [s.spec.name for s in servers(registry)] == ["shared"]
+        assert [s.spec.name for s in servers(registry, agent_id="a")] == ["docs"]
+        assert not (tmp_path / "x.pids").exists()
+        assert "mcp__docs__search" not in registry.names()
+        assert {"mcp__docs__search", "mcp__shared__search"} <= set(registry.names(agent_id="a"))
+
+        async def search(agent_id: str | None) -> str:
+            result = await registry.execute(call_id="c", name="mcp__docs__search", arguments={"q": "x"}, agent_id=agent_id)
+            return "".join(b["text"] for b in result.content)
+
+        assert (await search("a"), await search("b")) == ("alpha found x", "beta found x")
+        assert await search(None) == 'Error: unknown tool "mcp__docs__search"'
+        with pytest.raises(ValueError, match='serverName "docs" is already used'):
+            await connect(registry, [agent_spec("again", tmp_path)], agent_id="a")
+
+        (alpha_pid, _guard), = pids(tmp_path / "alpha.pids")
+        await mount_a.close()
+        await until(lambda: not alive(alpha_pid), 60)
+        assert servers(registry, agent_id="a") == [] and registry.names(agent_id="a") == registry.names()
+        assert await search("b") == "beta found x"
+    finally:
+        await mount_a.close()
+        await mount_b.close()

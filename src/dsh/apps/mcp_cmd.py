@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins
+from dsh.tools.registry import TOOLS
 
 __all__ = ["MCP_NAMES", "add_parser", "run"]
 
@@ -50,7 +51,7 @@ async def run(args: argparse.Namespace) -> int:
     ctx = Context()
     try:
         await load_plugins(ctx, entries, base_dir=base)
-        mounted = servers(ctx.tools)
+        mounted = servers(ctx.require(TOOLS))
         rows = [
             {
                 "server": s.spec.name,

@@ -1,10 +1,14 @@
-"""The ``mcp`` plugin: MCP servers' tools registered on ``ctx.tools``.
+"""The ``mcp`` plugin: MCP servers' tools registered on the tool registry (``TOOLS``).
 
 One entry describes one server (``serverName`` ...), or ``discover: true`` loads every server of
 the project and user ``.mcp.json`` files (see :mod:`.config`). ``apply`` connects to all of its
 servers concurrently and returns once each is connected or has failed, so discovery is complete
 before the first turn. A server that fails to start logs one warning line and contributes no
 tools, unless ``failOnStartupError`` makes the load fail.
+
+:func:`connect` is the same without a plugin entry, for servers that belong to one agent: their
+tools are registered for that agent id alone (``dsh acp`` connects each ACP session's client
+servers so), and the returned :class:`Mount` stops them when the caller is done with them.
 
 Each tool listing replaces the server's previous generation as a whole: the new set is checked
 first (a server listing one name twice is refused and the old set stays), then the old tools
@@ -18,14 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dsh.plugins.mcp.config import SECRETS, Config, ServerSpec, discover, spec_from_config
 from dsh.plugins.mcp.naming import public_tool_name
 from dsh.runtime.context import Context
-from dsh.tools.registry import ToolRegistry
+from dsh.tools.registry import TOOLS, ToolRegistry
 from dsh.tools.types import Tool, ToolCall, ToolResult, define_tool
 
 if TYPE_CHECKING:
@@ -34,21 +38,28 @@ if TYPE_CHECKING:
 
     from dsh.plugins.mcp.client import Connection
 
-__all__ = ["Config", "Server", "apply", "inject", "name", "servers"]
+__all__ = ["Config", "Mount", "Server", "apply", "connect", "inject", "name", "servers"]
 
 name = "mcp"
 inject = ["tools"]
 
 log = logging.getLogger("dsh.mcp")
 
-# Live servers per tool registry: server names are unique among them, and ``dsh mcp list`` /
-# status lines read them from here.
-_LIVE: weakref.WeakKeyDictionary[ToolRegistry, dict[str, Server]] = weakref.WeakKeyDictionary()
+# Live servers per tool registry, by (owning agent id or None, server name): a server name is
+# unique among the servers one agent sees, and ``dsh mcp list`` / status lines read them here.
+_LIVE: weakref.WeakKeyDictionary[ToolRegistry, dict[tuple[str | None, str], Server]] = weakref.WeakKeyDictionary()
 
 
-def servers(registry: ToolRegistry) -> list[Server]:
-    """The servers mounted on ``registry``, in load order."""
-    return list(_LIVE.get(registry, {}).values())
+def servers(registry: ToolRegistry, *, agent_id: str | None = None) -> list[Server]:
+    """The servers mounted on ``registry`` for every agent (or for ``agent_id`` alone), in load order."""
+    return [s for (owner, _), s in _LIVE.get(registry, {}).items() if owner == agent_id]
+
+
+def _taken(live: dict[tuple[str | None, str], Server], server_name: str, agent_id: str | None) -> bool:
+    if agent_id is None:
+        # A server every agent sees must not share a name with any agent's own server.
+        return any(n == server_name for _, n in live)
+    return (None, server_name) in live or (agent_id, server_name) in live
 
 
 @dataclass
@@ -57,6 +68,8 @@ class Server:
 
     spec: ServerSpec
     registry: ToolRegistry
+    agent_id: str | None = None
+    """The one agent that sees this server's tools; ``None``: every agent."""
     connection: Connection = field(init=False)
     public_names: dict[str, str] = field(default_factory=dict)  # public name -> raw name
     _unregister: list[Callable[[], None]] = field(default_factory=list)
@@ -82,7 +95,7 @@ class Server:
         self._drop_tools()
         try:
             for tool in built.values():
-                self._unregister.append(self.registry.register(tool))
+                self._unregister.append(self.registry.register(tool, agent_id=self.agent_id))
         except ValueError as exc:
             self._drop_tools()
             log.error('mcp: server "%s": %s; none of its tools are registered', self.spec.name, exc)
@@ -100,9 +113,9 @@ class Server:
 
         from dsh.plugins.mcp.results import map_result
 
-        async def execute(args: Any, call: ToolCall) -> ToolResult:
+        async def execute(args: object, call: ToolCall) -> ToolResult:
             # A model may send a bare string or null: the server then reports what it needs.
-            arguments = args if isinstance(args, dict) else {}
+            arguments: dict[str, object] = args if isinstance(args, dict) else {}
             return map_result(raw, await connection.call(raw, arguments, call.signal))
 
         schema = item.input_schema if isinstance(item.input_schema, dict) else {}
@@ -118,43 +131,57 @@ class Server:
         self._drop_tools()
         await self.connection.close()
         live = _LIVE.get(self.registry)
-        if live is not None and live.get(self.spec.name) is self:
-            del live[self.spec.name]
+        key = (self.agent_id, self.spec.name)
+        if live is not None and live.get(key) is self:
+            del live[key]
 
 
-def _specs(config: Config) -> list[ServerSpec]:
-    if config.discover:
-        return discover(project_file=config.project_file, user_file=config.user_file)
-    return [spec_from_config(config, source="plugin config")]
+@dataclass
+class Mount:
+    """Servers connected together (one plugin entry, or one agent's servers)."""
+
+    servers: list[Server]
+
+    async def close(self) -> None:
+        """Unregister their tools and stop them (stdio: the server's process group ends)."""
+        await asyncio.gather(*(s.close() for s in self.servers), return_exceptions=True)
 
 
-async def apply(ctx: Context, config: Config) -> None:
-    """Connect this entry's servers and register their tools until the entry is disposed."""
-    registry: ToolRegistry = ctx.tools
+async def connect(
+    registry: ToolRegistry,
+    specs: Sequence[ServerSpec],
+    *,
+    agent_id: str | None = None,
+    skip_taken: bool = False,
+) -> Mount:
+    """Connect ``specs`` concurrently and register their tools, for every agent or for
+    ``agent_id`` alone; returns once each server is connected or has failed.
+
+    A server name the same agent already sees is skipped with a warning when ``skip_taken``, else
+    refused (``ValueError``). A failed start logs a warning, or, for a ``failOnStartupError``
+    server, stops them all and raises ``RuntimeError``.
+    """
     live = _LIVE.setdefault(registry, {})
     mounted: list[Server] = []
-    for spec in _specs(config):
-        if spec.name in live or any(s.spec.name == spec.name for s in mounted):
-            if config.discover:
+    for spec in specs:
+        if _taken(live, spec.name, agent_id) or any(s.spec.name == spec.name for s in mounted):
+            if skip_taken:
                 log.warning('mcp: server "%s" from %s is already mounted; skipped', spec.name, spec.source)
                 continue
             raise ValueError(f'mcp: serverName "{spec.name}" is already used by another entry')
-        mounted.append(Server(spec, registry))
+        mounted.append(Server(spec, registry, agent_id))
     for server in mounted:
-        live[server.spec.name] = server
-
-    async def close_all() -> None:
-        await asyncio.gather(*(s.close() for s in mounted), return_exceptions=True)
-
+        live[(agent_id, server.spec.name)] = server
+    mount = Mount(mounted)
     try:
         started = await asyncio.gather(*(s.connection.start() for s in mounted))
     except BaseException:
-        await close_all()
+        await mount.close()
         raise
     failed = [s for s, ok in zip(mounted, started, strict=True) if not ok]
     fatal = [s for s in failed if s.spec.fail_on_startup_error]
     if fatal:
-        await close_all()
+        await mount.close()
         first = fatal[0]
         raise RuntimeError(
             f'mcp: server "{first.spec.name}" failed to start: {first.connection.reason}'
@@ -165,7 +192,19 @@ async def apply(ctx: Context, config: Config) -> None:
             server.spec.name,
             SECRETS.scrub(server.connection.reason or "unknown error"),
         )
-    ctx.defer(close_all)
+    return mount
+
+
+def _specs(config: Config) -> list[ServerSpec]:
+    if config.discover:
+        return discover(project_file=config.project_file, user_file=config.user_file)
+    return [spec_from_config(config, source="plugin config")]
+
+
+async def apply(ctx: Context, config: Config) -> None:
+    """Connect this entry's servers and register their tools until the entry is disposed."""
+    mount = await connect(ctx.require(TOOLS), _specs(config), skip_taken=config.discover)
+    ctx.defer(mount.close)
 
 
 def status_line(server: Server) -> str:
