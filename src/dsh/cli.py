@@ -511,7 +511,7 @@ async def cmd_acp(args: argparse.Namespace) -> int:
     ctx = Context()
     try:
         await load_plugins(ctx, acp_app.swap_app(entries, APP_NAMES), base_dir=base_dir)
-        config = ctx.get("acp_app")
+        config = ctx.get(acp_app.ACP_APP)
         if config is None:
             raise UsageError("the composition has no running stdio-app entry to serve ACP with")
         options = AcpOptions(model=args.model, default_model=config.model, permission_timeout=config.permission_timeout_seconds)

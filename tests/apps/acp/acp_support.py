@@ -1,9 +1,11 @@
-"""A recording ACP client and a helper that runs the real ``dsh acp`` behind the package's own
-client connection (``acp.spawn_agent_process``) over the child's stdio."""
+"""A recording ACP client, a helper that runs the real ``dsh acp`` behind the package's own
+client connection (``acp.spawn_agent_process``) over the child's stdio, and the scripted model
+replies (``call``, ``say``) the loopback OpenAI-compatible server answers with."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -16,6 +18,8 @@ from acp.client.connection import ClientSideConnection
 from acp.stdio import spawn_agent_process
 
 from tests.apps.conftest import dsh_env
+from tests.llm.sse_server import Reply, chunk
+from tests.mcp.conftest import SERVER, alive
 
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
@@ -67,11 +71,49 @@ class Recorder:
         await asyncio.wait_for(loop(), timeout)
 
 
+def text(t: str) -> schema.TextContentBlock:
+    return schema.TextContentBlock(type="text", text=t)
+
+
+def call(n: int, name: str, args: dict[str, Any], *, reasoning: str | None = None) -> Reply:
+    """A model step that calls tool ``name`` (call id ``call_<n>``)."""
+    payloads = [chunk(reasoning=reasoning)] if reasoning else []
+    payloads += [
+        chunk(
+            tool_calls=[
+                {"index": 0, "id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            ]
+        ),
+        chunk(finish="tool_calls"),
+    ]
+    return Reply.sse(payloads)
+
+
+def say(words: str) -> Reply:
+    """A model step that answers ``words``, streamed word by word."""
+    pieces = [w + " " for w in words.split(" ")]
+    pieces[-1] = pieces[-1].rstrip()
+    return Reply.sse([chunk(content=p) for p in pieces] + [chunk(finish="stop")])
+
+
+def mcp_server(name: str, tmp: Path) -> schema.McpServerStdio:
+    """The MCP test server over stdio as a client passes it: replies as ``name`` and records its
+    pid (and its guard's) in ``tmp/<name>.pids``."""
+    env = {"MCP_TAG": name, "MCP_PIDFILE": str(tmp / f"{name}.pids")}
+    return schema.McpServerStdio(
+        name=name,
+        command=sys.executable,
+        args=[str(SERVER)],
+        env=[schema.EnvVariable(name=k, value=v) for k, v in env.items()],
+    )
+
+
 @asynccontextmanager
 async def dsh_acp(
-    cwd: Path, *args: str, recorder: Recorder | None = None, **env: str
+    cwd: Path, *args: str, recorder: Recorder | None = None, shutdown_timeout: float = 2.0, **env: str
 ) -> AsyncIterator[tuple[ClientSideConnection, asyncio.subprocess.Process, Recorder, Path]]:
-    """``dsh acp ARGS`` in ``cwd``; stderr goes to ``cwd/acp-stderr-N.log`` (returned)."""
+    """``dsh acp ARGS`` in ``cwd``; stderr goes to ``cwd/acp-stderr-N.log`` (returned). On exit
+    stdin is closed and the process gets ``shutdown_timeout`` seconds before it is terminated."""
     client = recorder or Recorder()
     n = 0
     while (cwd / f"acp-stderr-{n}.log").exists():
@@ -87,7 +129,7 @@ async def dsh_acp(
             *args,
             env=dsh_env(**NO_PROXY, **env),
             cwd=cwd,
-            transport_kwargs={"stderr": err.fileno(), "limit": 50 * 1024 * 1024},
+            transport_kwargs={"stderr": err.fileno(), "limit": 50 * 1024 * 1024, "shutdown_timeout": shutdown_timeout},
             use_unstable_protocol=True,
         ) as (conn, proc):
             yield conn, proc, client, log
@@ -103,3 +145,10 @@ def stderr_of(log: Path) -> str:
 
 def kill9(proc: asyncio.subprocess.Process) -> None:
     os.kill(proc.pid, 9)
+
+
+async def gone(pid: int, timeout: float = 60) -> None:
+    """Wait until process ``pid`` has ended (a server stopped by dsh is waited for by its guard)."""
+    async with asyncio.timeout(timeout):
+        while alive(pid):
+            await asyncio.sleep(0.05)

@@ -16,14 +16,10 @@ import pytest
 from acp import schema
 from acp.exceptions import RequestError
 
-from tests.apps.acp.acp_support import dsh_acp, initialize, kill9, stderr_of
+from tests.apps.acp.acp_support import dsh_acp, initialize, kill9, stderr_of, text
 from tests.apps.conftest import run_dsh
 
 pytestmark = pytest.mark.slow
-
-
-def text(t: str) -> schema.TextContentBlock:
-    return schema.TextContentBlock(type="text", text=t)
 
 
 async def test_echo_session_survives_kill9(tmp_path: Path) -> None:

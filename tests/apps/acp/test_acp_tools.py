@@ -9,40 +9,24 @@ import asyncio
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from acp import schema
 
-from tests.apps.acp.acp_support import dsh_acp, initialize, stderr_of
-from tests.llm.sse_server import Reply, SSEServer, chunk
+from tests.apps.acp.acp_support import (
+    call,
+    dsh_acp,
+    gone,
+    initialize,
+    mcp_server,
+    say,
+    stderr_of,
+    text,
+)
+from tests.llm.sse_server import SSEServer
+from tests.mcp.conftest import pids
 
 pytestmark = pytest.mark.slow
-
-
-def text(t: str) -> schema.TextContentBlock:
-    return schema.TextContentBlock(type="text", text=t)
-
-
-def call(n: int, name: str, args: dict[str, Any], *, reasoning: str | None = None) -> Reply:
-    payloads = [chunk(reasoning=reasoning)] if reasoning else []
-    payloads += [
-        chunk(
-            tool_calls=[
-                {"index": 0, "id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-            ]
-        ),
-        chunk(finish="tool_calls"),
-    ]
-    return Reply.sse(payloads)
-
-
-def say(words: str) -> Reply:
-    pieces = [w + " " for w in words.split(" ")]
-    pieces[-1] = pieces[-1].rstrip()
-    return Reply.sse([chunk(content=p) for p in pieces] + [chunk(finish="stop")])
 
 
 async def test_workspace_tools_and_permissions(tmp_path: Path) -> None:
@@ -125,9 +109,6 @@ async def test_workspace_tools_and_permissions(tmp_path: Path) -> None:
     assert decided == ["allowed-once", "rejected", "cancelled", "cancelled"]
 
 
-MCP_SERVER = Path(__file__).resolve().parents[2] / "mcp" / "mcp_test_server.py"
-
-
 async def test_client_mcp_servers_are_connected_for_the_session(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -140,12 +121,7 @@ async def test_client_mcp_servers_are_connected_for_the_session(tmp_path: Path) 
         args = ["--base-url", server.base_url, "--model", "test-model"]
         async with dsh_acp(tmp_path, *args) as (conn, _proc, rec, log):
             await initialize(conn)
-            docs = schema.McpServerStdio(
-                name="docs",
-                command=sys.executable,
-                args=[str(MCP_SERVER)],
-                env=[schema.EnvVariable(name="MCP_TAG", value="docs")],
-            )
+            docs = mcp_server("docs", tmp_path)
             sid = (await asyncio.wait_for(conn.new_session(cwd=str(ws), mcp_servers=[docs]), 60)).session_id
             rec.answers = ["allow-always"]
             r1 = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("search")]), 60)
@@ -156,6 +132,16 @@ async def test_client_mcp_servers_are_connected_for_the_session(tmp_path: Path) 
             assert len(rec.asked) == 1 and rec.asked[0].tool_call.tool_call_id == "call_1"
             ends = [u for _, u in rec.updates if u.session_update == "tool_call_update"]
             assert [u.content[0].content.text for u in ends] == ["docs found acp", "docs found again"]
+
+            # A resume with another list replaces the servers: the old one stops, its tools go.
+            [(docs_pid, _guard)] = pids(tmp_path / "docs.pids")
+            await asyncio.wait_for(conn.resume_session(session_id=sid, cwd=str(ws), mcp_servers=[]), 60)
+            await gone(docs_pid)
+            server.push(say("No tools."))
+            r2 = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("search")]), 60)
+            assert r2.stop_reason == "end_turn", stderr_of(log)
+            tools = [t["function"]["name"] for t in server.requests[-1].json["tools"]]
+            assert not [t for t in tools if t.startswith("mcp__")]
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")

@@ -10,12 +10,14 @@ from __future__ import annotations
 import msgspec
 
 from dsh.agent import loop as loop_plugin
+from dsh.agent.system_prompt import SYSTEM_PROMPT
 from dsh.apps.store_check import check_writable
 from dsh.compose import app_store_entry, mount_spine
-from dsh.runtime import Context
+from dsh.persistence.base import SESSION_STORE
+from dsh.runtime import Context, ServiceKey
 from dsh.runtime.loader import PluginEntry
 
-__all__ = ["Config", "apply", "name", "swap_app"]
+__all__ = ["ACP_APP", "Config", "apply", "name", "swap_app"]
 
 name = "acp-app"
 
@@ -31,6 +33,9 @@ class Config(msgspec.Struct, rename="camel"):
     permission_timeout_seconds: float = 600.0
 
 
+ACP_APP: ServiceKey[Config] = ServiceKey("acp_app")
+"""The ``acp-app`` entry's config, for ``dsh acp`` to serve with (``ctx.get(ACP_APP)``)."""
+
 # stdio-app keys that mean nothing without a terminal or a single agent.
 STDIO_ONLY = frozenset({"welcome", "plain", "historyFile", "resumeSessionId"})
 
@@ -42,13 +47,13 @@ async def apply(ctx: Context, config: Config) -> None:
         tool_order=config.tool_order,
         loop_config={"maxStepsPerTurn": config.max_steps_per_turn},
         store=None
-        if ctx.has("session_store")
+        if ctx.has(SESSION_STORE)
         else app_store_entry(config.store, config.persistence_root, config.sqlite_path),
     )
     if config.persona:
-        ctx.defer(ctx.system_prompt.add_section("deployment:persona", config.persona, order=0))
-    check_writable(ctx.session_store)
-    ctx.provide("acp_app", config)
+        ctx.defer(ctx.require(SYSTEM_PROMPT).add_section("deployment:persona", config.persona, order=0))
+    check_writable(ctx.require(SESSION_STORE))
+    ctx.provide(ACP_APP, config)
 
 
 def swap_app(entries: list[PluginEntry], app_names: frozenset[str]) -> list[PluginEntry]:

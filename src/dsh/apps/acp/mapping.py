@@ -21,14 +21,25 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypeAlias
 
 from acp import schema
 from acp.exceptions import RequestError
 
-__all__ = ["invalid_params", "prompt_content", "stop_reason", "tool_kind", "updates_for"]
+from dsh.session.vocab import TextBlock, text_block
 
-Update = (
+__all__ = ["PromptBlock", "Update", "invalid_params", "prompt_content", "stop_reason", "tool_kind", "updates_for"]
+
+PromptBlock: TypeAlias = (
+    schema.TextContentBlock
+    | schema.ImageContentBlock
+    | schema.AudioContentBlock
+    | schema.ResourceContentBlock
+    | schema.EmbeddedResourceContentBlock
+)
+"""A ``session/prompt`` content block as the acp package parses it."""
+
+Update: TypeAlias = (
     schema.UserMessageChunk
     | schema.AgentMessageChunk
     | schema.AgentThoughtChunk
@@ -56,7 +67,7 @@ def tool_kind(name: str) -> schema.ToolKind:
     return _KINDS.get(name, "other")
 
 
-def _args(raw: Any) -> Any:
+def _args(raw: object) -> object:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
@@ -65,7 +76,7 @@ def _args(raw: Any) -> Any:
     return raw
 
 
-def _str(args: Any, key: str) -> str | None:
+def _str(args: object, key: str) -> str | None:
     value = args.get(key) if isinstance(args, Mapping) else None
     return value if isinstance(value, str) else None
 
@@ -75,7 +86,7 @@ def _abs(path: str, cwd: str | None) -> str:
     return path if os.path.isabs(path) or not cwd else os.path.normpath(os.path.join(cwd, path))
 
 
-def tool_title(name: str, args: Any) -> str:
+def tool_title(name: str, args: object) -> str:
     if name == "bash":
         return _str(args, "description") or _str(args, "command") or "bash"
     path = _str(args, "file_path")
@@ -94,7 +105,7 @@ def _text_content(text: str) -> schema.ContentToolCallContent:
 
 
 def tool_call_content(
-    name: str, args: Any, cwd: str | None
+    name: str, args: object, cwd: str | None
 ) -> list[schema.ContentToolCallContent | schema.FileEditToolCallContent | schema.TerminalToolCallContent]:
     """What a tool call shows before it runs: a diff for ``write``/``edit``, the command for ``bash``."""
     path = _str(args, "file_path")
@@ -115,18 +126,23 @@ def tool_call_content(
     return []
 
 
-def _result_text(data: Mapping[str, Any]) -> str:
+def _items(value: object) -> list[object]:
+    """A JSON array's items (``[]`` for anything else)."""
+    return list(value) if isinstance(value, list) else []
+
+
+def _result_text(data: Mapping[str, object]) -> str:
     parts = []
-    for block in data.get("content") or ():
+    for block in _items(data.get("content")):
         if isinstance(block, Mapping) and block.get("type") == "text":
             parts.append(str(block.get("text", "")))
     return "".join(parts)
 
 
-def _message_texts(content: Any) -> list[str]:
+def _message_texts(content: object) -> list[str]:
     return [
         str(b.get("text", ""))
-        for b in content or ()
+        for b in _items(content)
         if isinstance(b, Mapping) and b.get("type") == "text" and b.get("text")
     ]
 
@@ -140,7 +156,7 @@ _PLAN_STATUS: dict[str, schema.PlanEntryStatus] = {
 
 def updates_for(
     event_type: str,
-    data: Mapping[str, Any],
+    data: Mapping[str, object],
     *,
     cwd: str | None,
     tool_names: dict[str, str],
@@ -196,7 +212,7 @@ def updates_for(
         ]
     if event_type == "todo/write":
         entries = []
-        for item in data.get("todos") or ():
+        for item in _items(data.get("todos")):
             if isinstance(item, Mapping):
                 entries.append(
                     schema.PlanEntry(
@@ -226,7 +242,7 @@ def _text_block(text: str) -> schema.TextContentBlock:
     return schema.TextContentBlock(type="text", text=text)
 
 
-def stop_reason(reason: Mapping[str, Any] | None, last_finish: str | None) -> schema.StopReason:
+def stop_reason(reason: Mapping[str, object] | None, last_finish: str | None) -> schema.StopReason:
     """The ACP stop reason of a dsh ``turn/end`` reason; turn errors raise a protocol error.
 
     ``last_finish`` is the finish kind of the turn's last model step (``content-filter`` becomes
@@ -248,27 +264,25 @@ def stop_reason(reason: Mapping[str, Any] | None, last_finish: str | None) -> sc
     raise RequestError(-32603, f"turn failed: {message}", {"reason": dict(reason or {}), "code": code})
 
 
-def prompt_content(blocks: Sequence[Any]) -> list[dict[str, Any]]:
+def prompt_content(blocks: Sequence[PromptBlock]) -> list[TextBlock]:
     """ACP prompt blocks as dsh user content: text, embedded text resources and resource links.
 
     Images, audio and binary resources are refused (``initialize`` advertises no image or audio
     support), with a protocol error naming the block.
     """
-    content: list[dict[str, Any]] = []
+    content: list[TextBlock] = []
     for index, block in enumerate(blocks):
         if isinstance(block, schema.TextContentBlock):
-            content.append({"type": "text", "text": block.text})
+            content.append(text_block(block.text))
         elif isinstance(block, schema.EmbeddedResourceContentBlock):
             resource = block.resource
             if not isinstance(resource, schema.TextResourceContents):
                 raise invalid_params(f"prompt block {index}: binary embedded resources are not supported; send text")
-            content.append(
-                {"type": "text", "text": f'<resource uri="{resource.uri}">\n{resource.text}\n</resource>'}
-            )
+            content.append(text_block(f'<resource uri="{resource.uri}">\n{resource.text}\n</resource>'))
         elif isinstance(block, schema.ResourceContentBlock):
-            content.append({"type": "text", "text": f"[resource: {block.name}]({block.uri})"})
+            content.append(text_block(f"[resource: {block.name}]({block.uri})"))
         else:
-            kind = getattr(block, "type", type(block).__name__)
+            kind = block.type
             raise invalid_params(
                 f'prompt block {index}: content type "{kind}" is not supported by dsh (text, resource and resource_link are)'
             )

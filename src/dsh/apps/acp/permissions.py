@@ -1,6 +1,6 @@
 """dsh approval requests as ACP ``session/request_permission`` calls to the client.
 
-:class:`ClientAsker` is an approval asker (the interface ``ctx.approval.set_asker`` takes): it
+:class:`ClientAsker` is an approval asker (the interface ``APPROVAL``'s ``set_asker`` takes): it
 puts each request to the client of the request's session with three options, allow once
 (``allowed-once``), allow always (``allowed-session``: that tool for the rest of the session) and
 reject (``rejected``). It fails closed: a client that answers ``cancelled`` gives ``cancelled``; an
@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from acp import schema
 
 from dsh.apps.acp.mapping import tool_call_content, tool_kind, tool_title
+from dsh.tools.workspace.approval import ApprovalOutcome, ApprovalRequest
 
 __all__ = ["OPTIONS", "ClientAsker"]
 
@@ -29,12 +30,16 @@ OPTIONS = [
     schema.PermissionOption(option_id="allow-always", name="Allow always", kind="allow_always"),
     schema.PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
 ]
-_OUTCOMES = {"allow-once": "allowed-once", "allow-always": "allowed-session", "reject": "rejected"}
+_OUTCOMES: dict[str, ApprovalOutcome] = {
+    "allow-once": "allowed-once",
+    "allow-always": "allowed-session",
+    "reject": "rejected",
+}
 
 
 class _Requester(Protocol):
     async def request_permission(
-        self, session_id: str, tool_call: schema.ToolCallUpdate, options: list[schema.PermissionOption], **kwargs: Any
+        self, session_id: str, tool_call: schema.ToolCallUpdate, options: list[schema.PermissionOption], **kwargs: object
     ) -> schema.RequestPermissionResponse: ...
 
 
@@ -44,7 +49,7 @@ class ClientAsker:
     def __init__(
         self,
         client: _Requester,
-        session_of: Callable[[Any], tuple[str, str | None] | None],
+        session_of: Callable[[object], tuple[str, str | None] | None],
         *,
         timeout: float,
     ) -> None:
@@ -52,7 +57,7 @@ class ClientAsker:
         self._session_of = session_of
         self.timeout = timeout
 
-    async def __call__(self, request: Any) -> str:
+    async def __call__(self, request: ApprovalRequest) -> ApprovalOutcome:
         found = self._session_of(request.agent)
         if found is None:
             return "unavailable"

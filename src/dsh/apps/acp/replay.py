@@ -10,9 +10,9 @@ client shows the history, not the model's window.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 
 from dsh.apps.acp.mapping import Update, updates_for
+from dsh.apps.acp.wire import WireMessage
 from dsh.session import Event
 
 __all__ = ["replay"]
@@ -20,7 +20,7 @@ __all__ = ["replay"]
 _DELTAS = {"text-delta": "agent_message_chunk", "reasoning-delta": "agent_thought_chunk"}
 
 
-def _delta_update(event: Event) -> dict[str, Any] | None:
+def _delta_update(event: Event) -> WireMessage | None:
     """A text or reasoning delta's update as wire JSON, or ``None`` for every other event.
 
     Why: deltas are most of a log (20 of 27 events a turn in the benchmark workload), and
@@ -45,7 +45,7 @@ async def replay(
     *,
     cwd: str | None,
     tool_names: dict[str, str],
-    send_raw: Callable[[dict[str, Any]], None] | None = None,
+    send_raw: Callable[[WireMessage], None] | None = None,
 ) -> int:
     """Send every update of ``events`` in order; returns how many were sent.
 

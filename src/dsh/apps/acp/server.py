@@ -1,12 +1,13 @@
 """``dsh acp``: an Agent Client Protocol (v1) agent on stdio, one dsh agent per ACP session.
 
 Owns the ACP method handlers (``initialize``, ``session/new``, ``session/load``,
-``session/resume``, ``session/list``, ``session/prompt``, ``session/cancel``), the ordered stream
-of ``session/update`` notifications fed by the ``session/event`` bus, the per-session MCP servers
-the client passes, and the approval asker (:mod:`.permissions`). Everything else is the ordinary
-composition of ``dsh chat`` (model, tools, time-context, store) on one :class:`Context`: each ACP
-session is an agent whose id is its session id, on a durable session whose ``cwd`` is the client's
-``cwd`` (the workspace of the workspace tools).
+``session/resume``, ``session/list``, ``session/prompt``, ``session/cancel``, ``session/close``),
+the ordered stream of ``session/update`` notifications fed by the ``session/event`` bus, and the
+lifetime of each session's client MCP servers (:mod:`.mcp_servers`: connected for that session's
+agent alone, stopped when it closes). The approval asker is :mod:`.permissions`. Everything else
+is the ordinary composition of ``dsh chat`` (model, tools, time-context, store) on one
+:class:`Context`: each ACP session is an agent whose id is its session id, on a durable session
+whose ``cwd`` is the client's ``cwd`` (the workspace of the workspace tools).
 
 Errors a client can cause get a JSON-RPC error with a message saying what was wrong, and the
 process keeps serving: an unknown session, a second prompt while one runs, an unsupported
@@ -22,10 +23,10 @@ import logging
 import os
 import signal
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import cast
 
 from acp import PROTOCOL_VERSION, schema
 from acp.agent.connection import AgentSideConnection
@@ -33,13 +34,24 @@ from acp.exceptions import RequestError
 from acp.interfaces import Agent as AcpAgent
 
 from dsh.agent.agent import Agent
-from dsh.apps.acp.mapping import Update, invalid_params, prompt_content, stop_reason, updates_for
+from dsh.agent.loop import AGENT_LOOP
+from dsh.apps.acp.mapping import (
+    PromptBlock,
+    Update,
+    invalid_params,
+    prompt_content,
+    stop_reason,
+    updates_for,
+)
+from dsh.apps.acp.mcp_servers import ClientServers, McpServer, checked, connect_for
 from dsh.apps.acp.permissions import ClientAsker
 from dsh.apps.acp.replay import replay
-from dsh.apps.acp.wire import StdioTransport, claim_stdout
-from dsh.persistence.base import StoreError
+from dsh.apps.acp.wire import StdioTransport, WireMessage, claim_stdout
+from dsh.persistence.base import SESSION_STORE, StoreError
 from dsh.runtime import Context
 from dsh.session import Event, Session
+from dsh.tools.registry import TOOLS
+from dsh.tools.workspace.approval import APPROVAL
 
 __all__ = ["AcpOptions", "DshAcpAgent", "serve"]
 
@@ -61,12 +73,12 @@ class AcpOptions:
 class _AcpSession:
     agent: Agent
     cwd: str | None
+    mcp: ClientServers
     tool_names: dict[str, str] = field(default_factory=dict)
     prompting: bool = False
     first_turn: int = 0
-    reason: dict[str, Any] | None = None
+    reason: Mapping[str, object] | None = None
     last_finish: str | None = None
-    mcp: list[Any] = field(default_factory=list)
 
 
 def _cwd(session: Session) -> str | None:
@@ -90,21 +102,23 @@ class DshAcpAgent:
         # One ordered outbox: updates leave in the order their events were appended.
         self._outbox: asyncio.Queue[tuple[str, Update] | asyncio.Future[None]] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
+        self._closing = False
         ctx.defer(ctx.on("session/event", self._on_event))
 
     # -- connection --------------------------------------------------------------------------
 
     def on_connect(self, conn: AgentSideConnection) -> None:
         self.client = conn
-        approval = self.ctx.get("approval")
+        approval = self.ctx.get(APPROVAL)
         if approval is not None:
             asker = ClientAsker(conn, self._session_of, timeout=self.options.permission_timeout)
             self.ctx.defer(approval.set_asker(asker))
         self._sender = asyncio.get_running_loop().create_task(self._send_loop())
 
-    def _session_of(self, agent: Any) -> tuple[str, str | None] | None:
-        session = getattr(agent, "session", None)
-        state = self.sessions.get(getattr(session, "id", ""))
+    def _session_of(self, agent: object) -> tuple[str, str | None] | None:
+        if not isinstance(agent, Agent):
+            return None
+        state = self.sessions.get(agent.session.id)
         return (state.agent.session.id, state.cwd) if state is not None else None
 
     async def _send_loop(self) -> None:
@@ -132,15 +146,17 @@ class DshAcpAgent:
         state = self.sessions.get(session.id)
         if state is None:
             return
-        data = event.data
+        data: Mapping[str, object] = event.data
         if event.type == "assistant/chunk":
             chunk = data.get("chunk")
             if isinstance(chunk, dict) and chunk.get("type") == "finish":
                 reason = chunk.get("reason")
                 state.last_finish = str(reason.get("kind")) if isinstance(reason, dict) else None
-        elif event.type == "turn/end" and state.prompting and int(data.get("turn", 0)) >= state.first_turn:
-            reason = data.get("reason")
-            state.reason = reason if isinstance(reason, dict) else {"kind": "completed"}
+        elif event.type == "turn/end" and state.prompting:
+            turn = data.get("turn")
+            if isinstance(turn, int) and turn >= state.first_turn:
+                reason = data.get("reason")
+                state.reason = reason if isinstance(reason, dict) else {"kind": "completed"}
         for update in updates_for(event.type, data, cwd=state.cwd, tool_names=state.tool_names, replay=False):
             self._outbox.put_nowait((session.id, update))
 
@@ -151,7 +167,7 @@ class DshAcpAgent:
         protocol_version: int,
         client_capabilities: schema.ClientCapabilities | None = None,
         client_info: schema.Implementation | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> schema.InitializeResponse:
         try:
             version = importlib.metadata.version("dsh")
@@ -164,30 +180,32 @@ class DshAcpAgent:
                 prompt_capabilities=schema.PromptCapabilities(image=False, audio=False, embedded_context=True),
                 mcp_capabilities=schema.McpCapabilities(http=True, sse=False),
                 session_capabilities=schema.SessionCapabilities(
-                    list=schema.SessionListCapabilities(), resume=schema.SessionResumeCapabilities()
+                    list=schema.SessionListCapabilities(),
+                    resume=schema.SessionResumeCapabilities(),
+                    close=schema.SessionCloseCapabilities(),
                 ),
             ),
             agent_info=schema.Implementation(name="dsh", title="dsh", version=version),
             auth_methods=[],
         )
 
-    async def authenticate(self, method_id: str, **kwargs: Any) -> schema.AuthenticateResponse | None:
+    async def authenticate(self, method_id: str, **kwargs: object) -> schema.AuthenticateResponse | None:
         return schema.AuthenticateResponse()
 
     async def new_session(
         self,
         cwd: str,
         additional_directories: list[str] | None = None,
-        mcp_servers: Sequence[Any] | None = None,
-        **kwargs: Any,
+        mcp_servers: Sequence[McpServer] | None = None,
+        **kwargs: object,
     ) -> schema.NewSessionResponse:
         _check_cwd(cwd)
-        configs = [_mcp_config(s) for s in mcp_servers or ()]  # refused before anything exists
+        servers = checked(mcp_servers)  # refused before anything exists
         session_id = f"main-session-{uuid.uuid4()}"
         model = self.options.model or self.options.default_model
-        agent = self.ctx.agent_loop.create(session_id, model=model, cwd=cwd, session_id=session_id)
-        state = self.sessions[session_id] = _AcpSession(agent, cwd)
-        await self._connect_mcp(state, configs)
+        agent = self.ctx.require(AGENT_LOOP).create(session_id, model=model, cwd=cwd, session_id=session_id)
+        state = self.sessions[session_id] = _AcpSession(agent, cwd, ClientServers([]))
+        await self._connect_mcp(state, servers)
         log.info("acp: new session %s in %s", session_id, cwd)
         return schema.NewSessionResponse(session_id=session_id)
 
@@ -195,9 +213,9 @@ class DshAcpAgent:
         self,
         cwd: str,
         session_id: str,
-        mcp_servers: Sequence[Any] | None = None,
+        mcp_servers: Sequence[McpServer] | None = None,
         additional_directories: list[str] | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> schema.LoadSessionResponse:
         state = await self._open(cwd, session_id, mcp_servers)
         client = self.client
@@ -213,7 +231,7 @@ class DshAcpAgent:
             send_raw = None
             if transport is not None:
 
-                def send_raw(update: dict[str, Any]) -> None:
+                def send_raw(update: WireMessage) -> None:
                     params = {"sessionId": session_id, "update": update}
                     transport.write({"jsonrpc": "2.0", "method": "session/update", "params": params})
 
@@ -232,22 +250,26 @@ class DshAcpAgent:
         session_id: str,
         cwd: str,
         additional_directories: list[str] | None = None,
-        mcp_servers: Sequence[Any] | None = None,
-        **kwargs: Any,
+        mcp_servers: Sequence[McpServer] | None = None,
+        **kwargs: object,
     ) -> schema.ResumeSessionResponse:
         await self._open(cwd, session_id, mcp_servers)
         return schema.ResumeSessionResponse()
 
-    async def _open(self, cwd: str, session_id: str, mcp_servers: Sequence[Any] | None) -> _AcpSession:
+    async def _open(self, cwd: str, session_id: str, mcp_servers: Sequence[McpServer] | None) -> _AcpSession:
         _check_cwd(cwd)
-        configs = [_mcp_config(s) for s in mcp_servers or ()]
+        servers = checked(mcp_servers)
         state = self.sessions.get(session_id)
         if state is not None:
             if state.prompting:
                 raise RequestError(-32600, f'session "{session_id}" is running a prompt; cancel it first')
+            if servers != state.mcp.requested:
+                # The client's new list replaces the old one; stopping first frees the names.
+                await state.mcp.close()
+                await self._connect_mcp(state, servers)
             return state
         try:
-            agent = await self.ctx.agent_loop.resume(session_id, session_id, model=self.options.model)
+            agent = await self.ctx.require(AGENT_LOOP).resume(session_id, session_id, model=self.options.model)
         except StoreError as exc:
             raise invalid_params(f'cannot load session "{session_id}": {exc}') from None
         except ValueError as exc:
@@ -257,12 +279,14 @@ class DshAcpAgent:
         stored_cwd = _cwd(agent.session)
         if stored_cwd and stored_cwd != cwd:
             log.info("acp: session %s keeps its recorded workspace %s (client sent %s)", session_id, stored_cwd, cwd)
-        state = self.sessions[session_id] = _AcpSession(agent, stored_cwd or cwd)
-        await self._connect_mcp(state, configs)
+        state = self.sessions[session_id] = _AcpSession(agent, stored_cwd or cwd, ClientServers([]))
+        await self._connect_mcp(state, servers)
         return state
 
-    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any) -> schema.ListSessionsResponse:
-        store = self.ctx.get("session_store")
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **kwargs: object
+    ) -> schema.ListSessionsResponse:
+        store = self.ctx.get(SESSION_STORE)
         if store is None:
             return schema.ListSessionsResponse(sessions=[])
         try:
@@ -284,7 +308,7 @@ class DshAcpAgent:
         more = start + LIST_PAGE < len(infos)
         return schema.ListSessionsResponse(sessions=sessions, next_cursor=str(start + LIST_PAGE) if more else None)
 
-    async def prompt(self, session_id: str, prompt: Sequence[Any], **kwargs: Any) -> schema.PromptResponse:
+    async def prompt(self, session_id: str, prompt: Sequence[PromptBlock], **kwargs: object) -> schema.PromptResponse:
         state = self.sessions.get(session_id)
         if state is None:
             raise _unknown(session_id)
@@ -308,28 +332,47 @@ class DshAcpAgent:
             raise RequestError(-32603, "the turn did not start (see the agent's log on stderr)")
         return schema.PromptResponse(stop_reason=stop_reason(state.reason, state.last_finish))
 
-    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+    async def cancel(self, session_id: str, **kwargs: object) -> None:
         state = self.sessions.get(session_id)
         if state is None:
             log.warning('acp: session/cancel for unknown session "%s"', session_id)
             return
         state.agent.cancel("cancelled by the client")
 
+    async def close_session(self, session_id: str, **kwargs: object) -> schema.CloseSessionResponse:
+        """End a running turn (``disposed``: the prompt returns ``cancelled``), flush and release
+        the session, and stop its client MCP servers; ``session/load`` can open it again."""
+        state = self.sessions.get(session_id)
+        if state is None:
+            raise _unknown(session_id)
+        await state.agent.dispose()
+        await self._drained()
+        if self.sessions.get(session_id) is state:
+            del self.sessions[session_id]
+        await state.mcp.close()
+        log.info("acp: closed session %s", session_id)
+        return schema.CloseSessionResponse()
+
     # -- MCP ---------------------------------------------------------------------------------
 
-    async def _connect_mcp(self, state: _AcpSession, configs: Sequence[dict[str, Any]]) -> None:
-        from dsh.plugins.mcp import plugin as mcp_plugin
-
-        for config in configs:
-            try:
-                state.mcp.append(await self.ctx.plugin(mcp_plugin, config))
-            except Exception as exc:
-                # The session works without that server, as dsh chat does with a broken .mcp.json entry.
-                log.warning('acp: MCP server "%s" not connected: %s', config.get("serverName"), exc)
+    async def _connect_mcp(self, state: _AcpSession, servers: list[McpServer]) -> None:
+        state.mcp = ClientServers(servers)
+        if not servers:
+            return
+        found = await connect_for(self.ctx.require(TOOLS), state.agent.id, servers)
+        current = self.sessions.get(state.agent.session.id) is state and state.mcp.requested is servers
+        if self._closing or not current:
+            # Closed, replaced or shutting down while the servers started: nobody would stop them.
+            await found.close()
+            return
+        state.mcp = found
 
     async def close(self) -> None:
+        """Stop the outbox and every session's client MCP servers (the process is ending)."""
+        self._closing = True
         if self._sender is not None:
             self._sender.cancel()
+        await asyncio.gather(*(s.mcp.close() for s in list(self.sessions.values())), return_exceptions=True)
 
 
 def _check_cwd(cwd: str) -> None:
@@ -339,28 +382,13 @@ def _check_cwd(cwd: str) -> None:
         raise invalid_params(f'cwd "{cwd}" is not a folder')
 
 
-def _mcp_config(server: Any) -> dict[str, Any]:
-    """An ACP ``mcpServers`` entry as the ``mcp`` plugin's config."""
-    if isinstance(server, schema.McpServerStdio):
-        return {
-            "serverName": server.name,
-            "command": server.command,
-            "args": list(server.args),
-            "env": {e.name: e.value for e in server.env},
-        }
-    if isinstance(server, schema.HttpMcpServer):
-        return {"serverName": server.name, "url": server.url, "headers": {h.name: h.value for h in server.headers}}
-    kind = getattr(server, "type", type(server).__name__)
-    raise invalid_params(f'MCP server "{getattr(server, "name", "?")}": transport "{kind}" is not supported (stdio and http are)')
-
-
 async def serve(ctx: Context, options: AcpOptions) -> None:
     """Serve ACP on this process's stdin/stdout until the client closes stdin."""
     out = claim_stdout()
     transport = StdioTransport(out)
     agent = DshAcpAgent(ctx, options, transport)
-    # use_unstable_protocol: session/resume is routed only then; the unstable methods dsh does not
-    # implement (fork, close, ...) still answer "Method not found".
+    # use_unstable_protocol: session/resume and session/close are routed only then; the unstable
+    # methods dsh does not implement (fork, ...) still answer "Method not found".
     conn = AgentSideConnection(cast(AcpAgent, agent), transport, listening=False, use_unstable_protocol=True)
     listening = asyncio.ensure_future(conn.listen())
     loop = asyncio.get_running_loop()
@@ -377,8 +405,8 @@ async def serve(ctx: Context, options: AcpOptions) -> None:
     finally:
         for signum in handled:
             loop.remove_signal_handler(signum)
-        await agent.close()
         for state in agent.sessions.values():
             if state.agent.status == "running":
                 state.agent.cancel("dsh acp stopped (end of input or a signal)")
+        await agent.close()
         await asyncio.shield(conn.close())

@@ -19,11 +19,14 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import BinaryIO, TypeAlias
 
-__all__ = ["BATCH_BYTES", "StdioTransport", "claim_stdout"]
+__all__ = ["BATCH_BYTES", "StdioTransport", "WireMessage", "claim_stdout"]
 
 BATCH_BYTES = 64 * 1024
+
+WireMessage: TypeAlias = dict[str, object]
+"""One decoded JSON-RPC message (or a part of one, such as an update's params)."""
 
 
 def claim_stdout() -> BinaryIO:
@@ -85,10 +88,10 @@ class StdioTransport:
             else:
                 self._pending.extend(chunk)
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: WireMessage) -> None:
         self.write(message)
 
-    def write(self, message: dict[str, Any]) -> None:
+    def write(self, message: WireMessage) -> None:
         data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         if self._batch is not None:
             self._batch.append(data)
@@ -127,7 +130,7 @@ class StdioTransport:
                 self._closed = True
                 raise ConnectionError("the client closed its end of the connection") from exc
 
-    async def receive(self) -> dict[str, Any] | None:
+    async def receive(self) -> WireMessage | None:
         while True:
             line = await self._next_line()
             if line is None:
@@ -146,7 +149,7 @@ class StdioTransport:
                 continue
             return dict(message)
 
-    def _error(self, code: int, text: str, request_id: Any = None) -> None:
+    def _error(self, code: int, text: str, request_id: object = None) -> None:
         if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
             request_id = None
         with contextlib.suppress(ConnectionError):
@@ -157,7 +160,7 @@ class StdioTransport:
             self._closed = True
 
 
-def _shape_problem(message: Any) -> str | None:
+def _shape_problem(message: object) -> str | None:
     if not isinstance(message, dict):
         return f"expected a JSON object, got {type(message).__name__}"
     if message.get("jsonrpc") != "2.0":

@@ -1,4 +1,4 @@
-"""Approvals (``ctx.approval``): the policy, the audit events, session rules, and the seam an app
+"""Approvals (``APPROVAL``): the policy, the audit events, session rules, and the seam an app
 plugs an interactive asker into.
 
 Policy ``ask`` puts a request to the installed :class:`Asker`; with none installed (plain mode,
@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from dsh.runtime.abort import AbortSignal
+from dsh.runtime.keys import ServiceKey
 from dsh.tools.types import Tool, ToolCall
 
 __all__ = [
+    "APPROVAL",
     "ASK_SENTENCE",
     "NEVER_SENTENCE",
     "ApprovalOutcome",
@@ -98,7 +100,7 @@ def refusal_text(tool_name: str, outcome: str) -> str:
 
 
 class ApprovalService:
-    """``ctx.approval``: policy, audit, session rules and the asker seam."""
+    """The approval service (``APPROVAL``): policy, audit, session rules and the asker seam."""
 
     def __init__(self, policy: ApprovalPolicy = "ask", required: Iterable[str] = ()) -> None:
         if policy not in ("ask", "never"):
@@ -236,3 +238,7 @@ class ApprovalService:
         # model verbatim, once, after the history it applies to.
         framed = f"<system-reminder>\n{text}\n</system-reminder>"
         agent.inject([{"type": "text", "text": framed}], source=dict(SOURCE), envelope="raw")
+
+
+APPROVAL: ServiceKey[ApprovalService] = ServiceKey("approval")
+"""The approval service of the workspace tools (``ctx.get(APPROVAL)``)."""

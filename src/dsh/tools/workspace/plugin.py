@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dsh.runtime.context import Context
 from dsh.tools.workspace._common import SpillStore
-from dsh.tools.workspace.approval import ApprovalService
+from dsh.tools.workspace.approval import APPROVAL, ApprovalService
 from dsh.tools.workspace.bash import bash_tool
 from dsh.tools.workspace.config import TOOL_NAMES, Config, Shared
 from dsh.tools.workspace.fs import ReadLedger, fs_tools
@@ -30,7 +30,7 @@ async def apply(ctx: Context, config: Config) -> None:
     if unknown:
         raise ValueError(f"workspace-tools: unknown tool(s) in tools: {', '.join(unknown)}")
     approval = ApprovalService(config.approval, config.approval_required)
-    ctx.provide("approval", approval)
+    ctx.provide(APPROVAL, approval)
     shared = Shared(
         config=config,
         approval=approval,
