@@ -23,10 +23,14 @@ import contextlib
 import hashlib
 import os
 from array import array
+from collections.abc import Mapping
 from itertools import accumulate
 from typing import Any
 
 import msgspec
+
+from dsh.session import Session
+from dsh.session.raw import RawEvents
 
 __all__ = [
     "MIN_EVENTS",
@@ -38,6 +42,8 @@ __all__ = [
     "load_fold",
     "read_fold",
     "remove_fold",
+    "resume",
+    "snapshot",
     "write_fold",
 ]
 
@@ -59,6 +65,30 @@ class Fold(msgspec.Struct, array_like=True, gc=False):
     messages: list[dict[str, Any]]
     replace_generation: int
     last_turn: int
+
+
+def snapshot(session: Session, key: bytes, starts: array[int]) -> Fold:
+    """The snapshot of a loaded ``session`` that ends at a ``turn/end``, whose log's first
+    ``starts[-1]`` bytes hash to ``key`` (``starts``: where each event line starts, then that end)."""
+    surface, messages, generation, last_turn, open_turn = session.fold_state()
+    assert open_turn is None and len(starts) == len(session) + 1
+    return Fold(starts[-1], key, starts.tobytes(), surface, messages, generation, last_turn)
+
+
+def resume(
+    fold: Fold, session_id: str, raw: RawEvents, header: Mapping[str, object]
+) -> Session:
+    """The session ``fold`` snapshots, its events decoded from ``raw`` on first access."""
+    return Session.from_fold(
+        session_id,
+        raw,
+        header=header,
+        surface=fold.surface,
+        messages=fold.messages,
+        replace_generation=fold.replace_generation,
+        last_turn=fold.last_turn,
+        open_turn=None,
+    )
 
 
 _encoder = msgspec.msgpack.Encoder()

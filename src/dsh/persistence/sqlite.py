@@ -22,19 +22,19 @@ import sqlite3
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
 from dsh.persistence._fold import (
-    Fold,
     digest_parts,
     line_starts,
     load_fold,
     remove_fold,
+    resume,
+    snapshot,
     write_fold,
 )
-from dsh.persistence._local import LocalStore, Parsed, Tracked, exists_error
+from dsh.persistence._local import LocalStore, LocalTracked, Parsed
 from dsh.persistence._locks import WriterLock
 from dsh.persistence._paths import encode_session_id, ensure_private_dir
 from dsh.persistence._sqlite_db import (
@@ -58,6 +58,7 @@ from dsh.persistence._v0 import (
     scan_event_lines,
 )
 from dsh.persistence.base import (
+    SessionExists,
     SessionInfo,
     SessionModified,
     SessionNotFound,
@@ -66,11 +67,12 @@ from dsh.persistence.base import (
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
 from dsh.session import Event, Session, encode_event
 from dsh.session.raw import RawEvents
+from dsh.session.vocab import JsonObject
 
 __all__ = ["SCHEMA_VERSION", "Config", "SqliteStore", "apply", "inject", "name"]
 
 @dataclass(kw_only=True)
-class _OpenSession(Tracked):
+class _OpenSession(LocalTracked):
     materialised: bool = False
     last_line: str | None = None
     """The line of seq ``count - 1`` as this writer wrote or loaded it."""
@@ -124,7 +126,7 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         if not self._exists(session_id):
             raise SessionNotFound(session_id)
 
-    def _track_new(self, header: dict[str, Any], lock: WriterLock) -> _OpenSession:
+    def _track_new(self, header: JsonObject, lock: WriterLock) -> _OpenSession:
         return _OpenSession(header=header, lock=lock)
 
     def _write(
@@ -154,7 +156,7 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
                         ),
                     )
                 except sqlite3.IntegrityError:
-                    raise exists_error(session_id) from None
+                    raise SessionExists.persisted(session_id) from None
             else:
                 self._check_unchanged(db, session_id, entry)
             db.executemany(INSERT, rows)
@@ -241,16 +243,8 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
                 and key == fold.digest
             ):
                 parts.extend(piece for chunk in chunks for piece in (chunk, b"\n"))
-                base = Session.from_fold(
-                    session_id,
-                    RawEvents(chunks, starts, per=CHUNK, bases=bases[:-1]),
-                    header=header,
-                    surface=fold.surface,
-                    messages=fold.messages,
-                    replace_generation=fold.replace_generation,
-                    last_turn=fold.last_turn,
-                    open_turn=None,
-                )
+                raw = RawEvents(chunks, starts, per=CHUNK, bases=bases[:-1])
+                base = resume(fold, session_id, raw, header)
             else:  # a stale snapshot: read every row, as without one
                 return self._parse_rows(
                     db, session_id, line_of_header, header, [], where, repair=repair
@@ -265,8 +259,8 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         db: sqlite3.Connection,
         session_id: str,
         line_of_header: bytes,
-        header: dict[str, Any],
-        rows: list[Any],
+        header: JsonObject,
+        rows: list[tuple[int, bytes]],
         where: str,
         *,
         repair: bool,
@@ -325,20 +319,17 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         return os.path.join(self.fold_dir, encode_session_id(session_id) + ".fold")
 
     def _write_fold(self, session_id: str, parsed: _Parsed) -> None:
-        session = parsed.session
         lines = parsed.lines + [encode_event(event) for event in parsed.closers]
         if parsed.starts is not None:
             starts = parsed.starts[:-1] + line_starts(parsed.starts[-1], lines)
         else:
             starts = line_starts(len(parsed.prefix[0]), lines)
         key = digest_parts(*parsed.prefix, *(piece for line in lines for piece in (line, b"\n")))
-        surface, messages, generation, last_turn, open_turn = session.fold_state()
-        assert open_turn is None and len(starts) == len(session) + 1
+        fold = snapshot(parsed.session, key, starts)
         try:
             ensure_private_dir(self.fold_dir)
         except OSError:
             return
-        fold = Fold(starts[-1], key, starts.tobytes(), surface, messages, generation, last_turn)
         write_fold(self._fold_path(session_id), fold)
 
     def _fix_tail(self, session_id: str, parsed: _Parsed, lock: WriterLock) -> _OpenSession:
