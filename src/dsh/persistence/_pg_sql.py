@@ -202,11 +202,6 @@ def channel(schema: str) -> str:
     return f"dsh.{hashlib.sha256(schema.encode()).hexdigest()[:16]}.events"
 
 
-def row_number(index: int) -> tuple[str, str]:
-    """Where the event at ``index`` is: its 1-based row in seq order (row ``n`` holds seq n-1)."""
-    return f"row {index + 1}", ""
-
-
 def check_id(session_id: object) -> str:
     """``session_id`` if every store can hold it, else :class:`InvalidSessionId`.
 

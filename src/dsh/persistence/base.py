@@ -215,7 +215,7 @@ class SessionStore(abc.ABC):
         return None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class Tracked:
     """A session a store writes: its header, how many events are durable, whether it may write."""
 

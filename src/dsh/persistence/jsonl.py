@@ -52,14 +52,15 @@ from dsh.persistence._paths import (
 )
 from dsh.persistence._v0 import (
     check_header,
+    file_line,
     gc_paused,
     header_line,
     parse_header,
     restore_log,
     scan_event_lines,
+    split_header,
 )
 from dsh.persistence.base import (
-    CorruptSessionLog,
     SessionInfo,
     SessionNotFound,
     StoreError,
@@ -108,18 +109,21 @@ class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
         bucket = cwd_bucket(header.get("cwd"))
         return os.path.join(self.root, bucket, encode_session_id(header["id"]) + ".jsonl")
 
-    def _find(self, session_id: str) -> list[str]:
-        name = encode_session_id(session_id) + ".jsonl"
+    def _buckets(self) -> list[str]:
+        """The cwd bucket directories under the root, sorted (none before the first write)."""
         try:
-            buckets = sorted(os.listdir(self.root))
+            names = sorted(os.listdir(self.root))
         except FileNotFoundError:
             return []
+        return [name for name in names if is_bucket_name(name)]
+
+    def _find(self, session_id: str) -> list[str]:
+        name = encode_session_id(session_id) + ".jsonl"
         found = []
-        for bucket in buckets:
-            if is_bucket_name(bucket):
-                path = os.path.join(self.root, bucket, name)
-                if os.path.isfile(path):
-                    found.append(path)
+        for bucket in self._buckets():
+            path = os.path.join(self.root, bucket, name)
+            if os.path.isfile(path):
+                found.append(path)
         return found
 
     def _find_one(self, session_id: str) -> str:
@@ -154,10 +158,7 @@ class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
         path = self._find_one(session_id)
         with open(path, "rb") as file:
             raw = file.read()
-        header_end = raw.find(b"\n") + 1
-        if not header_end:
-            raise CorruptSessionLog(f"empty or header-less session log: {path}")
-        header = parse_header(raw[: header_end - 1], path)
+        header, header_end = split_header(raw, path)
         check_header(header, session_id, path)
         found = read_fold(path + _FOLD_SUFFIX, raw, header_end)
         with gc_paused():
@@ -205,13 +206,7 @@ class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
 
     def _list(self, limit: int | None, offset: int) -> list[SessionInfo]:
         infos: list[SessionInfo] = []
-        try:
-            buckets = sorted(os.listdir(self.root))
-        except FileNotFoundError:
-            return []
-        for bucket in buckets:
-            if not is_bucket_name(bucket):
-                continue
+        for bucket in self._buckets():
             try:
                 entries = list(os.scandir(os.path.join(self.root, bucket)))
             except (FileNotFoundError, NotADirectoryError):
@@ -257,7 +252,7 @@ def _scan(
     event_lines = raw[header_end:].split(b"\n")
     event_lines.pop()  # after the last newline: empty, or a torn line
     # Log-only events the fold never reads stay as their (checked) lines until used.
-    events = scan_event_lines(event_lines, path, _file_line, blob=raw, lazy=True)
+    events = scan_event_lines(event_lines, path, file_line, blob=raw, lazy=True)
     kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
     starts = line_starts(header_end, kept)
     session, closers = restore_log(
@@ -266,7 +261,7 @@ def _scan(
         events,
         path,
         repair=repair,
-        position=_file_line,
+        position=file_line,
         raw=RawEvents([raw], starts),
     )
     return _Scan(session, closers, starts[-1], lambda: array("Q", starts), 0)
@@ -286,10 +281,10 @@ def _scan_after_fold(
     folded = len(starts) - 1
     event_lines = raw[fold.size :].split(b"\n")
     torn = event_lines.pop()
-    events = scan_event_lines(event_lines, path, _file_line, blob=raw[fold.size :], first=folded)
+    events = scan_event_lines(event_lines, path, file_line, blob=raw[fold.size :], first=folded)
     base = resume(fold, session_id, RawEvents([raw], starts), header)
     session, closers = restore_log(
-        session_id, header, events, path, repair=repair, position=_file_line, base=base
+        session_id, header, events, path, repair=repair, position=file_line, base=base
     )
     kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
     if len(events) == len(event_lines):
@@ -305,12 +300,6 @@ def _scan_after_fold(
 
 def _closer_bytes(closers: list[Event]) -> bytes:
     return b"".join(encode_event(event) + b"\n" for event in closers)
-
-
-def _file_line(index: int) -> tuple[str, str]:
-    """Event ``index`` is "line index+1" as the reference counts (event lines only), and line
-    ``index+2`` of the file (the header is line 1)."""
-    return f"line {index + 1}", f", file line {index + 2}"
 
 
 def _peek(path: str) -> SessionInfo | None:

@@ -44,17 +44,19 @@ from dsh.persistence._sqlite_db import (
     chunk_bases,
     connect,
     covered_lines,
+    write_transaction,
 )
 from dsh.persistence._sqlite_db import (
     row as event_row,
 )
 from dsh.persistence._v0 import (
     check_header,
-    corrupt,
+    check_row_keys,
     gc_paused,
     header_line,
     parse_header,
     restore_log,
+    row_number,
     scan_event_lines,
 )
 from dsh.persistence.base import (
@@ -137,8 +139,7 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         db = self._conn()
         # A checkpoint commits without syncing the WAL; the next FULL commit syncs it as well.
         db.execute("PRAGMA synchronous = FULL" if sync else "PRAGMA synchronous = NORMAL")
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with write_transaction(db):
             if not entry.materialised:
                 header = entry.header
                 try:
@@ -160,11 +161,6 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
             else:
                 self._check_unchanged(db, session_id, entry)
             db.executemany(INSERT, rows)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         entry.materialised = True
         entry.last_line = rows[-1][-1]
 
@@ -283,21 +279,15 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         lines: list[bytes] = [line for _, line in rows]
         lazy = base is None  # log-only events stay as their rows' lines until used
         with gc_paused():
-            events = scan_event_lines(lines, where, _row_number, first=first, lazy=lazy)
-            for index, event in enumerate(events):
-                if rows[index][0] != event.seq:  # the key column disagrees with the line
-                    raise corrupt(
-                        where,
-                        f"row {first + index + 1} is keyed seq {rows[index][0]} "
-                        f"but its line holds seq {event.seq}",
-                    )
+            events = scan_event_lines(lines, where, row_number, first=first, lazy=lazy)
+            check_row_keys(rows, events, where, first)
             kept = lines[: len(events)]
             raw = None
             if lazy:
                 at = line_starts(len(line_of_header) + 1, kept)
                 raw = RawEvents(kept, at, per=1, bases=at.tolist()[:-1])
             session, closers = restore_log(
-                session_id, header, events, where, repair=repair, position=_row_number,
+                session_id, header, events, where, repair=repair, position=row_number,
                 base=base, raw=raw,
             )
         torn = sum(len(line) for line in lines[len(events) :])
@@ -336,8 +326,7 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         db = self._conn()
         kept = len(parsed.events) - len(parsed.closers)
         if parsed.rows > kept or parsed.closers:
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(db):
                 db.execute(
                     "DELETE FROM events WHERE session_id = ? AND seq >= ?", (session_id, kept)
                 )
@@ -345,11 +334,6 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
                     INSERT,
                     [event_row(session_id, event, encode_event(event)) for event in parsed.closers],
                 )
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
         events = parsed.events
         last_line = (
             encode_event(events[-1]).decode() if parsed.closers
@@ -389,15 +373,9 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
 
     def _delete(self, session_id: str) -> None:
         db = self._conn()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with write_transaction(db):
             db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
             gone = db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         remove_fold(self._fold_path(session_id))
         if not gone:
             raise SessionNotFound(session_id)
@@ -406,10 +384,6 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         if self._db is not None:
             db, self._db = self._db, None
             db.close()
-
-
-def _row_number(index: int) -> tuple[str, str]:
-    return f"row {index + 1}", ""
 
 
 # -- plugin ----------------------------------------------------------------------------------
