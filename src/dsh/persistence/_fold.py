@@ -1,6 +1,8 @@
 """Fold snapshots: a cache of a loaded session's fold, keyed to the exact log bytes it covers.
 
-Owns the snapshot file format and its checks. A snapshot records, for a prefix of a session's
+Owns the snapshot file format and its checks, and the two conversions every store uses: a
+loaded session to a snapshot (:func:`snapshot`) and a snapshot back to a session whose events
+are decoded on first access (:func:`resume`). A snapshot records, for a prefix of a session's
 log in the v0 line format (header line included, ending just after a ``turn/end`` line): the
 prefix's length and SHA-1, where each event line starts, and the session's fold of those
 events (surface, derived messages, replace generation, turn counters). A store that finds a

@@ -20,7 +20,7 @@ import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Generic, ParamSpec, TypeVar
 
 from dsh.persistence._fold import MIN_EVENTS
 from dsh.persistence._locks import WriterLock, acquire
@@ -131,7 +131,7 @@ class LocalStore(TrackingStore[TrackedT], Generic[TrackedT, ParsedT]):
 
     # -- the flow, written once --------------------------------------------------------------
 
-    def _create_sync(self, header: dict[str, Any]) -> None:
+    def _create_sync(self, header: JsonObject) -> None:
         clean = make_header(header)
         session_id = self._untracked(clean["id"])
         self._prepare()
@@ -225,7 +225,7 @@ class LocalStore(TrackingStore[TrackedT], Generic[TrackedT, ParsedT]):
 
     # -- the contract --------------------------------------------------------------------------
 
-    async def create(self, header: dict[str, Any]) -> None:
+    async def create(self, header: JsonObject) -> None:
         await self._run(self._create_sync, header)
 
     async def append(self, session_id: str, events: Sequence[Event], *, sync: bool = True) -> None:

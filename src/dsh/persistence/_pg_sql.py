@@ -1,7 +1,8 @@
 """The PostgreSQL store's SQL: schema and migrations, every statement, and the small helpers
 around them (advisory-lock keys, the NOTIFY channel, id checks, connection-error text).
 
-Used by :mod:`dsh.persistence.postgres`; imports psycopg, so it is loaded only with that store.
+Used by :mod:`dsh.persistence.postgres` and its ``_pg_*`` modules; imports psycopg, so it is
+loaded only with that store.
 """
 
 from __future__ import annotations

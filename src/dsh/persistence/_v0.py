@@ -62,7 +62,7 @@ _SEQ_OF = operator.attrgetter("seq")
 # -- header ----------------------------------------------------------------------------------
 
 
-def make_header(header: Mapping[str, Any]) -> dict[str, Any]:
+def make_header(header: Mapping[str, object]) -> dict[str, Any]:
     """Check a header for ``create`` and return it in reference key order (without ``type``).
 
     Keys: ``version, id, createdAt, cwd?, parentSession?, seedLength?``; absent or ``None``
@@ -95,7 +95,7 @@ def make_header(header: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def header_line(header: Mapping[str, Any]) -> bytes:
+def header_line(header: Mapping[str, object]) -> bytes:
     """The durable header line (no newline): ``{"type":"session", ...header}``."""
     return _json.encode({"type": "session", **header})
 
@@ -120,7 +120,7 @@ def parse_header(line: bytes, where: str) -> dict[str, Any]:
     return {key: item for key, item in value.items() if key != "type"}
 
 
-def check_header(header: Mapping[str, Any], session_id: str, where: str) -> None:
+def check_header(header: Mapping[str, object], session_id: str, where: str) -> None:
     """Refuse an unsupported version or a header that names another session."""
     version = header["version"]
     if version != 0:
@@ -356,7 +356,7 @@ def scan_event_lines(
 
 def restore_log(
     session_id: str,
-    header: Mapping[str, Any],
+    header: Mapping[str, object],
     events: list[Event],
     where: str,
     *,

@@ -1,7 +1,8 @@
 """The session-store contract shared by the JSONL, SQLite and PostgreSQL backends.
 
-Owns :class:`SessionStore` (what a backend must do), the records it returns, and the errors a
-user can meet, with the reference's texts. Behaviour: contracts §2.1–§2.4.
+Owns :class:`SessionStore` (what a backend must do), the records it returns, the errors a
+user can meet, with the reference's texts, and :class:`TrackingStore` (the table of sessions a
+backend writes). Behaviour: contracts §2.1–§2.4.
 
 Writing is single-owner: ``create`` and ``load`` take the session's writer lock (a lock that
 dies with its process), ``read`` and ``list`` take none and never repair, so read-only commands
@@ -139,7 +140,7 @@ class SessionStore(abc.ABC):
         return None
 
     @abc.abstractmethod
-    async def create(self, header: dict[str, Any]) -> None:
+    async def create(self, header: JsonObject) -> None:
         """Register a new session lazily (nothing written) and take its writer lock.
 
         Raises :class:`SessionExists` (``session "<id>" already exists in this backend`` /
@@ -194,7 +195,7 @@ class SessionStore(abc.ABC):
         lines.extend(encode_event(event) for event in stored.events)
         return b"\n".join(lines) + b"\n"
 
-    async def import_session(self, header: Mapping[str, Any], events: Sequence[Event]) -> None:
+    async def import_session(self, header: Mapping[str, object], events: Sequence[Event]) -> None:
         """Persist a whole session taken from another store or an exported file.
 
         Checked as ``create`` and ``append`` check (the header normalised, seqs contiguous from

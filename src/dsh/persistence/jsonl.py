@@ -9,12 +9,13 @@ event at index ``i`` is on file line ``i + 2``. Corruption messages name that *f
 (counting the header as line 1, unlike the reference's ``line <i+1>``), so ``sed -n <N>p <path>``
 shows the offending line.
 
-Durability: a session's file appears on its first append, fully formed (temp file, fsync, hard
-link that refuses to overwrite, directory fsync). Later appends are ``O_APPEND`` writes followed
-by fsync; a failed write is cut back to the previous size. Load validates everything *before*
-writing anything, then truncates a torn tail and appends crash closers, durably. Before each
-append the writer checks the file is exactly as it left it (``_check_unchanged``); a load may
-resume from a fold snapshot beside the log (:mod:`dsh.persistence._fold`).
+Durability (the writer's file, :mod:`dsh.persistence._jsonl_file`): a session's file appears on
+its first append, fully formed (temp file, fsync, hard link that refuses to overwrite, directory
+fsync). Later appends are ``O_APPEND`` writes followed by fsync; a failed write is cut back to
+the previous size. Load validates everything *before* writing anything, then truncates a torn
+tail and appends crash closers, durably. Before each append the writer checks the file is
+exactly as it left it (``OpenLog.check_unchanged``); a load may resume from a fold snapshot
+beside the log (:mod:`dsh.persistence._fold`).
 
 Plugin: ``name = "jsonl-sessions"``, config ``{root}`` (required), provides ``session_store``.
 """

@@ -36,7 +36,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 
@@ -75,6 +75,7 @@ from dsh.persistence.base import (
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
 from dsh.runtime.config import ConfigError
 from dsh.session import Event
+from dsh.session.vocab import JsonObject
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -171,7 +172,7 @@ class PostgresStore(TrackingStore[_Open]):
 
     # -- the contract --------------------------------------------------------------------------
 
-    async def create(self, header: dict[str, Any]) -> None:
+    async def create(self, header: JsonObject) -> None:
         clean = make_header(header)
         session_id = self._untracked(check_id(clean["id"]))
         conn = await self._server.lock(session_id)
@@ -303,7 +304,9 @@ class PostgresStore(TrackingStore[_Open]):
         head = parsed.header_line.encode()
         return b"".join(line + b"\n" for line in [head, *parsed.lines])
 
-    async def import_session(self, header: Mapping[str, Any], events: Sequence[Event]) -> None:
+    async def import_session(
+        self, header: Mapping[str, object], events: Sequence[Event]
+    ) -> None:
         """Persist a whole session taken from another store (``read`` of any backend).
 
         Events keep their exact lines (``encode_event`` reproduces what dsh or the reference
