@@ -22,6 +22,7 @@ import pytest
 
 from dsh import _json
 from dsh.persistence import postgres as postgres_plugin
+from dsh.persistence._pg_rows import write_rows
 from dsh.persistence.base import (
     AppendSeqMismatch,
     CorruptSessionLog,
@@ -387,12 +388,13 @@ async def test_racing_first_appends_one_wins(make_store: Callable[..., PostgresS
     store = make_store()
     await store.open()
     s = closed_session("first", 1)
-    c1, c2 = await store._connect(), await store._connect()
+    c1, c2 = await store._server.connect(), await store._server.connect()
     try:
         results = await asyncio.gather(
             *(
-                store._write(
+                write_rows(
                     c,
+                    store._server.q,
                     "first",
                     s.header,
                     _json.dumps({"type": "session", **s.header}),
@@ -577,7 +579,7 @@ async def test_writer_that_lost_its_lock_stops(pg: PostgresStore, schema: str) -
     await pg.append("fenced", list(s.events))
     # The server ends the lock-holding backend (a restart, a partition, an admin). Only that
     # one: a bigint advisory key shows in pg_locks as its high and low 32 bits.
-    key = pg._lock_key("fenced") & 0xFFFF_FFFF_FFFF_FFFF
+    key = pg._server.lock_key("fenced") & 0xFFFF_FFFF_FFFF_FFFF
     killed = sql(
         schema,
         "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "

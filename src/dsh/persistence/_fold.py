@@ -1,6 +1,8 @@
 """Fold snapshots: a cache of a loaded session's fold, keyed to the exact log bytes it covers.
 
-Owns the snapshot file format and its checks. A snapshot records, for a prefix of a session's
+Owns the snapshot file format and its checks, and the two conversions every store uses: a
+loaded session to a snapshot (:func:`snapshot`) and a snapshot back to a session whose events
+are decoded on first access (:func:`resume`). A snapshot records, for a prefix of a session's
 log in the v0 line format (header line included, ending just after a ``turn/end`` line): the
 prefix's length and SHA-1, where each event line starts, and the session's fold of those
 events (surface, derived messages, replace generation, turn counters). A store that finds a
@@ -23,10 +25,14 @@ import contextlib
 import hashlib
 import os
 from array import array
+from collections.abc import Mapping
 from itertools import accumulate
 from typing import Any
 
 import msgspec
+
+from dsh.session import Session
+from dsh.session.raw import RawEvents
 
 __all__ = [
     "MIN_EVENTS",
@@ -38,6 +44,8 @@ __all__ = [
     "load_fold",
     "read_fold",
     "remove_fold",
+    "resume",
+    "snapshot",
     "write_fold",
 ]
 
@@ -59,6 +67,30 @@ class Fold(msgspec.Struct, array_like=True, gc=False):
     messages: list[dict[str, Any]]
     replace_generation: int
     last_turn: int
+
+
+def snapshot(session: Session, key: bytes, starts: array[int]) -> Fold:
+    """The snapshot of a loaded ``session`` that ends at a ``turn/end``, whose log's first
+    ``starts[-1]`` bytes hash to ``key`` (``starts``: where each event line starts, then that end)."""
+    surface, messages, generation, last_turn, open_turn = session.fold_state()
+    assert open_turn is None and len(starts) == len(session) + 1
+    return Fold(starts[-1], key, starts.tobytes(), surface, messages, generation, last_turn)
+
+
+def resume(
+    fold: Fold, session_id: str, raw: RawEvents, header: Mapping[str, object]
+) -> Session:
+    """The session ``fold`` snapshots, its events decoded from ``raw`` on first access."""
+    return Session.from_fold(
+        session_id,
+        raw,
+        header=header,
+        surface=fold.surface,
+        messages=fold.messages,
+        replace_generation=fold.replace_generation,
+        last_turn=fold.last_turn,
+        open_turn=None,
+    )
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -20,7 +20,7 @@ import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, ParamSpec, TypeVar
 
 from dsh.persistence._fold import MIN_EVENTS
 from dsh.persistence._locks import WriterLock, acquire
@@ -28,32 +28,29 @@ from dsh.persistence._v0 import encode_event_lines, make_header
 from dsh.persistence.base import (
     SessionExists,
     SessionInfo,
-    SessionLocked,
-    SessionStore,
     StoredSession,
-    StoreError,
+    Tracked,
+    TrackingStore,
 )
 from dsh.session import Event, Session
+from dsh.session.vocab import JsonObject
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @dataclass(kw_only=True)
-class Tracked:
-    """A session this store writes: its header, its writer lock and how many events are durable."""
+class LocalTracked(Tracked):
+    """A tracked session and the writer lock file that keeps other dsh processes out."""
 
-    header: dict[str, Any]
     lock: WriterLock
-    count: int = 0
-    broken: StoreError | None = None
-    """Set once writing must stop (another program wrote, or a failed append left doubt)."""
 
 
 @dataclass(kw_only=True)
 class Parsed:
     """A validated log: the preserved events, then the crash closers when repairing."""
 
-    header: dict[str, Any]
+    header: JsonObject
     events: Sequence[Event]
     session: Session
     closers: list[Event]
@@ -62,31 +59,24 @@ class Parsed:
     """How many events a fold snapshot covered (0: none was used)."""
 
 
-TrackedT = TypeVar("TrackedT", bound=Tracked)
+TrackedT = TypeVar("TrackedT", bound=LocalTracked)
 ParsedT = TypeVar("ParsedT", bound=Parsed)
 
 
-def exists_error(session_id: str) -> SessionExists:
-    return SessionExists(
-        f'session "{session_id}" already has a persisted log on disk; '
-        "load/resume it instead of creating"
-    )
-
-
-class LocalStore(SessionStore, Generic[TrackedT, ParsedT]):
+class LocalStore(TrackingStore[TrackedT], Generic[TrackedT, ParsedT]):
     """A store over blocking primitives, run on one worker thread (see the module docstring)."""
 
     lock_dir: str
 
     def __init__(self) -> None:
-        self._open: dict[str, TrackedT] = {}
+        super().__init__()
         self._worker: ThreadPoolExecutor | None = None
 
-    async def _run(self, call: Callable[..., T], *args: Any) -> T:
+    async def _run(self, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"dsh-{self.kind}-store")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, functools.partial(call, *args))
+        return await loop.run_in_executor(self._worker, functools.partial(call, *args, **kwargs))
 
     # -- backend primitives (blocking; called on the worker thread) ---------------------------
 
@@ -102,7 +92,7 @@ class LocalStore(SessionStore, Generic[TrackedT, ParsedT]):
         """Raise :class:`SessionNotFound` (creating nothing) when there is no log to load."""
 
     @abc.abstractmethod
-    def _track_new(self, header: dict[str, Any], lock: WriterLock) -> TrackedT:
+    def _track_new(self, header: JsonObject, lock: WriterLock) -> TrackedT:
         """The tracking entry of a created session (nothing written yet)."""
 
     @abc.abstractmethod
@@ -141,16 +131,14 @@ class LocalStore(SessionStore, Generic[TrackedT, ParsedT]):
 
     # -- the flow, written once --------------------------------------------------------------
 
-    def _create_sync(self, header: dict[str, Any]) -> None:
+    def _create_sync(self, header: JsonObject) -> None:
         clean = make_header(header)
-        session_id: str = clean["id"]
-        if session_id in self._open:
-            raise SessionExists(f'session "{session_id}" already exists in this backend')
+        session_id = self._untracked(clean["id"])
         self._prepare()
         lock = acquire(self.lock_dir, session_id)
         try:
             if self._persisted(session_id):
-                raise exists_error(session_id)
+                raise SessionExists.persisted(session_id)
             entry = self._track_new(clean, lock)
         except BaseException:
             lock.release()
@@ -158,19 +146,15 @@ class LocalStore(SessionStore, Generic[TrackedT, ParsedT]):
         self._open[session_id] = entry
 
     def _append_sync(self, session_id: str, events: Sequence[Event], sync: bool) -> None:
-        entry = self._open.get(session_id)
-        if entry is None:
-            raise StoreError(f'session "{session_id}" is not open in this backend')
-        if entry.broken is not None:
-            raise entry.broken.with_traceback(None)
+        entry = self._tracked(session_id)
+        entry.check_writable()
         lines = encode_event_lines(session_id, events, entry.count)
         if lines:
             self._write(entry, events, lines, sync)
             entry.count += len(lines)
 
     def _load_sync(self, session_id: str) -> StoredSession:
-        if session_id in self._open:
-            raise SessionExists(f'session "{session_id}" already exists in this backend')
+        self._untracked(session_id)
         self._require(session_id)  # fail fast, creating nothing, when there is no log
         lock = acquire(self.lock_dir, session_id)
         try:
@@ -211,8 +195,7 @@ class LocalStore(SessionStore, Generic[TrackedT, ParsedT]):
         return self._committed_bytes(self._parse(session_id, repair=False))
 
     def _remove_sync(self, session_id: str) -> None:
-        if session_id in self._open:
-            raise SessionLocked(session_id)
+        self._refuse_if_tracked(session_id)
         self._require(session_id)
         lock = acquire(self.lock_dir, session_id)
         try:
@@ -242,7 +225,7 @@ class LocalStore(SessionStore, Generic[TrackedT, ParsedT]):
 
     # -- the contract --------------------------------------------------------------------------
 
-    async def create(self, header: dict[str, Any]) -> None:
+    async def create(self, header: JsonObject) -> None:
         await self._run(self._create_sync, header)
 
     async def append(self, session_id: str, events: Sequence[Event], *, sync: bool = True) -> None:
@@ -262,10 +245,6 @@ class LocalStore(SessionStore, Generic[TrackedT, ParsedT]):
 
     async def remove(self, session_id: str) -> None:
         await self._run(self._remove_sync, session_id)
-
-    def stored_count(self, session_id: str) -> int | None:
-        entry = self._open.get(session_id)
-        return None if entry is None else entry.count
 
     async def release(self, session_id: str) -> None:
         await self._run(self._release_sync, session_id)

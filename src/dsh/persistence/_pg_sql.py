@@ -1,7 +1,8 @@
 """The PostgreSQL store's SQL: schema and migrations, every statement, and the small helpers
 around them (advisory-lock keys, the NOTIFY channel, id checks, connection-error text).
 
-Used by :mod:`dsh.persistence.postgres`; imports psycopg, so it is loaded only with that store.
+Used by :mod:`dsh.persistence.postgres` and its ``_pg_*`` modules; imports psycopg, so it is
+loaded only with that store.
 """
 
 from __future__ import annotations
@@ -200,11 +201,6 @@ def channel(schema: str) -> str:
     if len(readable.encode()) <= 63:
         return readable
     return f"dsh.{hashlib.sha256(schema.encode()).hexdigest()[:16]}.events"
-
-
-def row_number(index: int) -> tuple[str, str]:
-    """Where the event at ``index`` is: its 1-based row in seq order (row ``n`` holds seq n-1)."""
-    return f"row {index + 1}", ""
 
 
 def check_id(session_id: object) -> str:

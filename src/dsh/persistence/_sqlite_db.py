@@ -1,15 +1,17 @@
 """The SQLite store's database: schema, connection, and the row shapes it reads and writes.
 
 Owns :func:`connect` (create with mode 0600, WAL, ``synchronous = FULL``, migrate to
-``PRAGMA user_version = 4``), the ``events`` row of an event line (:func:`row`, :data:`INSERT`)
-and the snapshot-covered read (:func:`covered_lines`). Used by :mod:`dsh.persistence.sqlite`.
+``PRAGMA user_version = 4``), the ``events`` row of an event line (:func:`row`, :data:`INSERT`),
+the snapshot-covered read (:func:`covered_lines`) and the write transaction
+(:func:`write_transaction`). Used by :mod:`dsh.persistence.sqlite`.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from dsh import _json
 from dsh.persistence._paths import ensure_private_dir
@@ -64,9 +66,22 @@ def connect(path: str) -> sqlite3.Connection:
         raise
     return db
 
-def _migrate(db: sqlite3.Connection, path: str) -> None:
+
+@contextmanager
+def write_transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back when the body (or the commit) fails."""
     db.execute("BEGIN IMMEDIATE")
     try:
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def _migrate(db: sqlite3.Connection, path: str) -> None:
+    with write_transaction(db):
         (version,) = db.execute("PRAGMA user_version").fetchone()
         if version == 0:
             tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
@@ -83,10 +98,6 @@ def _migrate(db: sqlite3.Connection, path: str) -> None:
                 f"unsupported session database schema version {version} in {path} "
                 f"(expected {SCHEMA_VERSION})"
             )
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
 
 
 INSERT = (
@@ -128,7 +139,11 @@ def chunk_bases(header_end: int, chunks: list[bytes]) -> list[int]:
     return bases
 
 
-def row(session_id: str, event: Event, line: bytes) -> tuple[Any, ...]:
+Row = tuple[str, int, str, int, str, str | None, str | None, str]
+"""An ``events`` row as :data:`INSERT` takes it; the last column is the line."""
+
+
+def row(session_id: str, event: Event, line: bytes) -> Row:
     return (
         session_id,
         event.seq,

@@ -39,15 +39,19 @@ from dsh.session.raw import RawEvents
 __all__ = [
     "Position",
     "check_header",
+    "check_row_keys",
     "corrupt",
     "encode_event_lines",
+    "file_line",
     "gc_paused",
     "header_line",
     "make_header",
     "parse_header",
     "parse_log",
     "restore_log",
+    "row_number",
     "scan_event_lines",
+    "split_header",
 ]
 
 _HEADER_OPTIONALS = (("cwd", str), ("parentSession", str), ("seedLength", int))
@@ -58,7 +62,7 @@ _SEQ_OF = operator.attrgetter("seq")
 # -- header ----------------------------------------------------------------------------------
 
 
-def make_header(header: Mapping[str, Any]) -> dict[str, Any]:
+def make_header(header: Mapping[str, object]) -> dict[str, Any]:
     """Check a header for ``create`` and return it in reference key order (without ``type``).
 
     Keys: ``version, id, createdAt, cwd?, parentSession?, seedLength?``; absent or ``None``
@@ -91,7 +95,7 @@ def make_header(header: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def header_line(header: Mapping[str, Any]) -> bytes:
+def header_line(header: Mapping[str, object]) -> bytes:
     """The durable header line (no newline): ``{"type":"session", ...header}``."""
     return _json.encode({"type": "session", **header})
 
@@ -116,7 +120,7 @@ def parse_header(line: bytes, where: str) -> dict[str, Any]:
     return {key: item for key, item in value.items() if key != "type"}
 
 
-def check_header(header: Mapping[str, Any], session_id: str, where: str) -> None:
+def check_header(header: Mapping[str, object], session_id: str, where: str) -> None:
     """Refuse an unsupported version or a header that names another session."""
     version = header["version"]
     if version != 0:
@@ -226,9 +230,43 @@ Position = Callable[[int], tuple[str, str]]
 """Where event ``i`` is: the reference's wording (``line i+1``, ``row i+1``) and an extra locator."""
 
 
+def file_line(index: int) -> tuple[str, str]:
+    """Event ``index`` of a JSONL file is "line index+1" as the reference counts (event lines
+    only), and line ``index+2`` of the file (the header is line 1)."""
+    return f"line {index + 1}", f", file line {index + 2}"
+
+
+def row_number(index: int) -> tuple[str, str]:
+    """Event ``index`` of a database store is its 1-based row in seq order (row n holds seq n-1)."""
+    return f"row {index + 1}", ""
+
+
 def corrupt(where: str, detail: str) -> CorruptSessionLog:
     """``corrupt session log: <detail> (<where>)``: the reference's text, then the location."""
     return CorruptSessionLog(f"corrupt session log: {detail} ({where})")
+
+
+def split_header(raw: bytes, where: str) -> tuple[dict[str, Any], int]:
+    """The parsed header line of a whole log and where the event lines start."""
+    header_end = raw.find(b"\n") + 1
+    if not header_end:
+        raise CorruptSessionLog(f"empty or header-less session log: {where}")
+    return parse_header(raw[: header_end - 1], where), header_end
+
+
+def check_row_keys(
+    keys: Sequence[tuple[int, object]], events: Sequence[Event], where: str, first: int = 0
+) -> None:
+    """Refuse a database row whose seq column disagrees with the seq its line holds.
+
+    ``keys`` are the rows (seq first) of ``events``, which start at index ``first``."""
+    for index, event in enumerate(events):
+        if keys[index][0] != event.seq:
+            raise corrupt(
+                where,
+                f"row {first + index + 1} is keyed seq {keys[index][0]} "
+                f"but its line holds seq {event.seq}",
+            )
 
 
 def scan_event_lines(
@@ -318,7 +356,7 @@ def scan_event_lines(
 
 def restore_log(
     session_id: str,
-    header: Mapping[str, Any],
+    header: Mapping[str, object],
     events: list[Event],
     where: str,
     *,
@@ -385,19 +423,12 @@ def parse_log(raw: bytes, where: str) -> tuple[dict[str, Any], list[Event]]:
     """The header and committed events of a whole JSONL v0 log held in memory (an exported
     file), checked as a read checks it: the reference's corruption texts, the torn tail
     dropped, nothing repaired."""
-    header_end = raw.find(b"\n") + 1
-    if not header_end:
-        raise CorruptSessionLog(f"empty or header-less session log: {where}")
-    header = parse_header(raw[: header_end - 1], where)
+    header, header_end = split_header(raw, where)
     session_id = header["id"]
     check_header(header, session_id, where)
     lines = raw[header_end:].split(b"\n")
     lines.pop()  # after the last newline: empty, or a torn line
-
-    def position(index: int) -> tuple[str, str]:
-        return f"line {index + 1}", f", file line {index + 2}"
-
     with gc_paused():
-        events = scan_event_lines(lines, where, position, blob=raw)
-        restore_log(session_id, header, events, where, repair=False, position=position)
+        events = scan_event_lines(lines, where, file_line, blob=raw)
+        restore_log(session_id, header, events, where, repair=False, position=file_line)
     return header, events

@@ -1,7 +1,8 @@
 """The session-store contract shared by the JSONL, SQLite and PostgreSQL backends.
 
-Owns :class:`SessionStore` (what a backend must do), the records it returns, and the errors a
-user can meet, with the reference's texts. Behaviour: contracts §2.1–§2.4.
+Owns :class:`SessionStore` (what a backend must do), the records it returns, the errors a
+user can meet, with the reference's texts, and :class:`TrackingStore` (the table of sessions a
+backend writes). Behaviour: contracts §2.1–§2.4.
 
 Writing is single-owner: ``create`` and ``load`` take the session's writer lock (a lock that
 dies with its process), ``read`` and ``list`` take none and never repair, so read-only commands
@@ -13,10 +14,11 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from dsh.runtime.keys import ServiceKey
 from dsh.session import Event, Session, encode_event, to_json
+from dsh.session.vocab import JsonObject
 
 
 class StoreError(Exception):
@@ -31,6 +33,19 @@ class SessionNotFound(StoreError):
 
 class SessionExists(StoreError):
     """``create`` of an id that is tracked or already persisted."""
+
+    @classmethod
+    def tracked(cls, session_id: str) -> SessionExists:
+        """The id is already open in this store object."""
+        return cls(f'session "{session_id}" already exists in this backend')
+
+    @classmethod
+    def persisted(cls, session_id: str) -> SessionExists:
+        """The id already has a committed log in this backend."""
+        return cls(
+            f'session "{session_id}" already has a persisted log on disk; '
+            "load/resume it instead of creating"
+        )
 
 
 class SessionLocked(StoreError):
@@ -125,7 +140,7 @@ class SessionStore(abc.ABC):
         return None
 
     @abc.abstractmethod
-    async def create(self, header: dict[str, Any]) -> None:
+    async def create(self, header: JsonObject) -> None:
         """Register a new session lazily (nothing written) and take its writer lock.
 
         Raises :class:`SessionExists` (``session "<id>" already exists in this backend`` /
@@ -180,7 +195,7 @@ class SessionStore(abc.ABC):
         lines.extend(encode_event(event) for event in stored.events)
         return b"\n".join(lines) + b"\n"
 
-    async def import_session(self, header: Mapping[str, Any], events: Sequence[Event]) -> None:
+    async def import_session(self, header: Mapping[str, object], events: Sequence[Event]) -> None:
         """Persist a whole session taken from another store or an exported file.
 
         Checked as ``create`` and ``append`` check (the header normalised, seqs contiguous from
@@ -199,6 +214,54 @@ class SessionStore(abc.ABC):
     def follow(self, session_id: str, after_seq: int) -> AsyncIterator[Event] | None:
         """Events appended after ``after_seq`` by any process, live; ``None`` if unsupported."""
         return None
+
+
+@dataclass(kw_only=True, eq=False)
+class Tracked:
+    """A session a store writes: its header, how many events are durable, whether it may write."""
+
+    header: JsonObject
+    count: int = 0
+    broken: StoreError | None = None
+    """Set once writing must stop (another program wrote, or a failed append left doubt)."""
+
+    def check_writable(self) -> None:
+        """Raise the error that stopped this session's writing, if any (again, on every append)."""
+        if self.broken is not None:
+            raise self.broken.with_traceback(None)
+
+
+TrackedT = TypeVar("TrackedT", bound=Tracked)
+
+
+class TrackingStore(SessionStore, Generic[TrackedT]):
+    """A store that tracks the sessions it writes by id: ``create`` and ``load`` add one,
+    ``release`` drops it. Owns the lookups and texts every backend shares."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, TrackedT] = {}
+
+    def _untracked(self, session_id: str) -> str:
+        """``session_id``, unless this store already writes it (:class:`SessionExists`)."""
+        if session_id in self._open:
+            raise SessionExists.tracked(session_id)
+        return session_id
+
+    def _tracked(self, session_id: str) -> TrackedT:
+        """The entry of a session this store writes, else :class:`StoreError`."""
+        entry = self._open.get(session_id)
+        if entry is None:
+            raise StoreError(f'session "{session_id}" is not open in this backend')
+        return entry
+
+    def _refuse_if_tracked(self, session_id: str) -> None:
+        """Raise :class:`SessionLocked` while this store writes the session."""
+        if session_id in self._open:
+            raise SessionLocked(session_id)
+
+    def stored_count(self, session_id: str) -> int | None:
+        entry = self._open.get(session_id)
+        return None if entry is None else entry.count
 
 
 SESSION_STORE: ServiceKey[SessionStore] = ServiceKey("session_store")

@@ -9,12 +9,13 @@ event at index ``i`` is on file line ``i + 2``. Corruption messages name that *f
 (counting the header as line 1, unlike the reference's ``line <i+1>``), so ``sed -n <N>p <path>``
 shows the offending line.
 
-Durability: a session's file appears on its first append, fully formed (temp file, fsync, hard
-link that refuses to overwrite, directory fsync). Later appends are ``O_APPEND`` writes followed
-by fsync; a failed write is cut back to the previous size. Load validates everything *before*
-writing anything, then truncates a torn tail and appends crash closers, durably. Before each
-append the writer checks the file is exactly as it left it (``_check_unchanged``); a load may
-resume from a fold snapshot beside the log (:mod:`dsh.persistence._fold`).
+Durability (the writer's file, :mod:`dsh.persistence._jsonl_file`): a session's file appears on
+its first append, fully formed (temp file, fsync, hard link that refuses to overwrite, directory
+fsync). Later appends are ``O_APPEND`` writes followed by fsync; a failed write is cut back to
+the previous size. Load validates everything *before* writing anything, then truncates a torn
+tail and appends crash closers, durably. Before each append the writer checks the file is
+exactly as it left it (``OpenLog.check_unchanged``); a load may resume from a fold snapshot
+beside the log (:mod:`dsh.persistence._fold`).
 
 Plugin: ``name = "jsonl-sessions"``, config ``{root}`` (required), provides ``session_store``.
 """
@@ -24,46 +25,51 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import secrets
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
-from dsh.persistence._fold import Fold, line_starts, read_fold, remove_fold, write_fold
-from dsh.persistence._local import LocalStore, Parsed, Tracked
+from dsh.persistence._fold import (
+    Fold,
+    line_starts,
+    read_fold,
+    remove_fold,
+    resume,
+    snapshot,
+    write_fold,
+)
+from dsh.persistence._jsonl_file import OpenLog, reopen
+from dsh.persistence._local import LocalStore, Parsed
 from dsh.persistence._locks import WriterLock
 from dsh.persistence._paths import (
     cwd_bucket,
     encode_session_id,
-    ensure_private_dir,
     fsync_dir,
     is_bucket_name,
     remove_stale_temps,
-    unlink_quietly,
-    write_all,
 )
 from dsh.persistence._v0 import (
     check_header,
+    file_line,
     gc_paused,
     header_line,
     parse_header,
     restore_log,
     scan_event_lines,
+    split_header,
 )
 from dsh.persistence.base import (
-    CorruptSessionLog,
-    SessionExists,
     SessionInfo,
-    SessionModified,
     SessionNotFound,
     StoreError,
 )
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
 from dsh.session import Event, Session, encode_event
 from dsh.session.raw import RawEvents
+from dsh.session.vocab import JsonObject
 
 log = logging.getLogger("dsh.persistence")
 
@@ -71,25 +77,9 @@ __all__ = ["Config", "JsonlStore", "apply", "header_line", "inject", "name"]
 
 _FOLD_SUFFIX = ".fold"
 """A log's fold snapshot is ``<log>.jsonl.fold`` beside it (see :mod:`dsh.persistence._fold`)."""
-_TAIL_BYTES = 256
-"""How many of its last bytes a writer reads back before each append (see ``_check_unchanged``)."""
 
 
 # -- the store -------------------------------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class _OpenLog(Tracked):
-    """A session this store writes: its file and how much of it is durable."""
-
-    header_line: bytes
-    path: str
-    size: int = 0
-    fd: int | None = None  # None until materialised
-    identity: tuple[int, int] = (0, 0)
-    """``(st_dev, st_ino)`` of the file this writer appends to."""
-    tail: bytes = b""
-    """The last bytes this writer wrote (or found) at the end of the file."""
 
 
 @dataclass(kw_only=True)
@@ -101,7 +91,7 @@ class _ParsedLog(Parsed):
     """Where each preserved event line starts, then ``kept_end`` (computed on demand)."""
 
 
-class JsonlStore(LocalStore[_OpenLog, _ParsedLog]):
+class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
     """Session logs as JSONL files under ``root`` (see the module docstring)."""
 
     kind = "jsonl"
@@ -120,18 +110,21 @@ class JsonlStore(LocalStore[_OpenLog, _ParsedLog]):
         bucket = cwd_bucket(header.get("cwd"))
         return os.path.join(self.root, bucket, encode_session_id(header["id"]) + ".jsonl")
 
-    def _find(self, session_id: str) -> list[str]:
-        name = encode_session_id(session_id) + ".jsonl"
+    def _buckets(self) -> list[str]:
+        """The cwd bucket directories under the root, sorted (none before the first write)."""
         try:
-            buckets = sorted(os.listdir(self.root))
+            names = sorted(os.listdir(self.root))
         except FileNotFoundError:
             return []
+        return [name for name in names if is_bucket_name(name)]
+
+    def _find(self, session_id: str) -> list[str]:
+        name = encode_session_id(session_id) + ".jsonl"
         found = []
-        for bucket in buckets:
-            if is_bucket_name(bucket):
-                path = os.path.join(self.root, bucket, name)
-                if os.path.isfile(path):
-                    found.append(path)
+        for bucket in self._buckets():
+            path = os.path.join(self.root, bucket, name)
+            if os.path.isfile(path):
+                found.append(path)
         return found
 
     def _find_one(self, session_id: str) -> str:
@@ -152,238 +145,54 @@ class JsonlStore(LocalStore[_OpenLog, _ParsedLog]):
 
     # -- writing -----------------------------------------------------------------------------
 
-    def _track_new(self, header: dict[str, Any], lock: WriterLock) -> _OpenLog:
+    def _track_new(self, header: JsonObject, lock: WriterLock) -> OpenLog:
         path = self.locate(header)
         assert path is not None
-        return _OpenLog(header=header, header_line=header_line(header), path=path, lock=lock)
+        return OpenLog(header=header, header_line=header_line(header), path=path, lock=lock)
 
-    def _write(self, entry: _OpenLog, events: Sequence[Event], lines: list[bytes], sync: bool) -> None:
-        payload = b"\n".join(lines) + b"\n"
-        if entry.fd is None:
-            self._materialise(entry, payload)
-        else:
-            self._check_unchanged(str(entry.header["id"]), entry)
-            self._append_bytes(entry, payload, sync=sync)
+    def _write(self, entry: OpenLog, events: Sequence[Event], lines: list[bytes], sync: bool) -> None:
+        entry.write(b"\n".join(lines) + b"\n", sync=sync)
 
-    def _check_unchanged(self, session_id: str, entry: _OpenLog) -> None:
-        """Refuse to append unless the file is exactly as this writer left it.
-
-        The writer lock only keeps other dsh processes out; another program (the reference
-        harness resuming the same session, an editor) can still write. Appending after it would
-        leave a log neither can load, so the session stops being written and the file is left
-        alone. Checked: the path still names our inode, its size is the size we left, and its
-        last bytes are the ones we wrote (one ``fstat``, one ``stat``, one small ``pread``).
-        """
-        assert entry.fd is not None
-        try:
-            here = os.fstat(entry.fd)
-            there = os.stat(entry.path)
-            same = (
-                here.st_size == entry.size
-                and (here.st_dev, here.st_ino) == entry.identity
-                and (there.st_dev, there.st_ino) == entry.identity
-                and os.pread(entry.fd, len(entry.tail), entry.size - len(entry.tail)) == entry.tail
-            )
-        except FileNotFoundError:
-            same = False
-        if not same:
-            entry.broken = SessionModified(session_id)
-            raise entry.broken
-
-    def _materialise(self, entry: _OpenLog, payload: bytes) -> None:
-        directory = os.path.dirname(entry.path)
-        ensure_private_dir(directory)
-        remove_stale_temps(entry.path)
-        temp = f"{entry.path}.{secrets.token_hex(6)}.tmp"
-        data = entry.header_line + b"\n" + payload
-        # Read-write: the foreign-writer check reads back the last bytes written.
-        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        published = False
-        try:
-            os.fchmod(fd, 0o600)
-            write_all(fd, data)
-            os.fsync(fd)
-            try:
-                os.link(temp, entry.path)
-            except FileExistsError:
-                raise SessionExists(
-                    f'session "{entry.header["id"]}" already has a persisted log on disk; '
-                    "load/resume it instead of creating"
-                ) from None
-            published = True
-            fsync_dir(directory)
-        except BaseException:
-            os.close(fd)
-            if published:
-                unlink_quietly(entry.path)
-            unlink_quietly(temp)
-            raise
-        unlink_quietly(temp)
-        entry.fd = fd  # O_APPEND on the published inode: later appends go through it
-        entry.size = len(data)
-        stat = os.fstat(fd)
-        entry.identity = (stat.st_dev, stat.st_ino)
-        entry.tail = data[-_TAIL_BYTES:]
-
-    def _append_bytes(self, entry: _OpenLog, payload: bytes, *, sync: bool) -> None:
-        assert entry.fd is not None
-        before = entry.size
-        try:
-            write_all(entry.fd, payload)
-            if sync:  # a later fsync of this file covers a checkpoint's bytes too
-                os.fsync(entry.fd)
-        except BaseException:
-            try:
-                os.ftruncate(entry.fd, before)
-                os.fsync(entry.fd)
-            except OSError as exc:
-                entry.broken = StoreError(
-                    f"session log {entry.path} is in an unknown state after a failed append "
-                    f"({exc}); load it again"
-                )
-            raise
-        entry.size = before + len(payload)
-        entry.tail = (
-            payload[-_TAIL_BYTES:]
-            if len(payload) >= _TAIL_BYTES
-            else (entry.tail + payload)[-_TAIL_BYTES:]
-        )
-
-    # -- loading -----------------------------------------------------------------------------
+# -- loading -----------------------------------------------------------------------------
 
     def _parse(self, session_id: str, *, repair: bool) -> _ParsedLog:
         path = self._find_one(session_id)
         with open(path, "rb") as file:
             raw = file.read()
-        header_end = raw.find(b"\n") + 1
-        if not header_end:
-            raise CorruptSessionLog(f"empty or header-less session log: {path}")
-        header = parse_header(raw[: header_end - 1], path)
+        header, header_end = split_header(raw, path)
         check_header(header, session_id, path)
         found = read_fold(path + _FOLD_SUFFIX, raw, header_end)
-        if found is not None:
-            return self._parse_after_fold(path, session_id, raw, header, found, repair=repair)
-        event_lines = raw[header_end:].split(b"\n")
-        event_lines.pop()  # after the last newline: empty, or a torn line
         with gc_paused():
-            # Log-only events the fold never reads stay as their (checked) lines until used.
-            events = scan_event_lines(event_lines, path, _file_line, blob=raw, lazy=True)
-            kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
-            starts = line_starts(header_end, kept)
-            session, closers = restore_log(
-                session_id,
-                header,
-                events,
-                path,
-                repair=repair,
-                position=_file_line,
-                raw=RawEvents([raw], starts),
-            )
-        kept_end = starts[-1]
+            if found is None:
+                scan = _scan(path, session_id, raw, header, header_end, repair=repair)
+            else:
+                scan = _scan_after_fold(path, session_id, raw, header, *found, repair=repair)
         return _ParsedLog(
             header=header,
-            events=session.events,
-            session=session,
-            closers=closers,
-            torn_bytes=len(raw) - kept_end,
+            events=scan.session.events,
+            session=scan.session,
+            closers=scan.closers,
+            torn_bytes=len(raw) - scan.kept_end,
+            folded=scan.folded,
             path=path,
-            kept_end=kept_end,
+            kept_end=scan.kept_end,
             raw=raw,
-            starts=lambda: array("Q", starts),
+            starts=scan.starts,
         )
 
-    def _parse_after_fold(
-        self,
-        path: str,
-        session_id: str,
-        raw: bytes,
-        header: dict[str, Any],
-        found: tuple[Fold, array[int]],
-        *,
-        repair: bool,
-    ) -> _ParsedLog:
-        """Resume from a fold snapshot that covers ``raw[:fold.size]``; check only the rest."""
-        fold, starts = found
-        folded = len(starts) - 1
-        event_lines = raw[fold.size :].split(b"\n")
-        torn = event_lines.pop()
-        with gc_paused():
-            events = scan_event_lines(
-                event_lines, path, _file_line, blob=raw[fold.size :], first=folded
-            )
-            base = Session.from_fold(
-                session_id,
-                RawEvents([raw], starts),
-                header=header,
-                surface=fold.surface,
-                messages=fold.messages,
-                replace_generation=fold.replace_generation,
-                last_turn=fold.last_turn,
-                open_turn=None,
-            )
-            session, closers = restore_log(
-                session_id, header, events, path, repair=repair, position=_file_line, base=base
-            )
-        kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
-        if len(events) == len(event_lines):
-            kept_end = len(raw) - len(torn)
-        else:
-            kept_end = fold.size + sum(len(line) + 1 for line in kept)
-
-        def all_starts() -> array[int]:
-            return starts[:-1] + line_starts(fold.size, kept)
-
-        return _ParsedLog(
-            header=header,
-            events=session.events,
-            session=session,
-            closers=closers,
-            torn_bytes=len(raw) - kept_end,
-            folded=folded,
-            path=path,
-            kept_end=kept_end,
-            raw=raw,
-            starts=all_starts,
-        )
-
-    def _fix_tail(self, session_id: str, parsed: _ParsedLog, lock: WriterLock) -> _OpenLog:
-        path = parsed.path
-        remove_stale_temps(path)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
-        try:
-            size = parsed.kept_end
-            if parsed.torn_bytes:
-                os.ftruncate(fd, size)
-                os.fsync(fd)
-            if parsed.closers:
-                payload = _closer_bytes(parsed.closers)
-                try:
-                    write_all(fd, payload)
-                    os.fsync(fd)
-                except BaseException:
-                    os.ftruncate(fd, size)
-                    raise
-                size += len(payload)
-            stat = os.fstat(fd)
-            tail = os.pread(fd, min(size, _TAIL_BYTES), max(0, size - _TAIL_BYTES))
-        except BaseException:
-            os.close(fd)
-            raise
-        return _OpenLog(
+    def _fix_tail(self, session_id: str, parsed: _ParsedLog, lock: WriterLock) -> OpenLog:
+        return reopen(
+            parsed.path,
             header=parsed.header,
             header_line=parsed.raw[: parsed.raw.index(b"\n")],
-            path=path,
             lock=lock,
             count=len(parsed.events),
-            size=size,
-            fd=fd,
-            identity=(stat.st_dev, stat.st_ino),
-            tail=tail,
+            kept_end=parsed.kept_end,
+            torn=parsed.torn_bytes > 0,
+            closers=_closer_bytes(parsed.closers),
         )
 
     def _write_fold(self, session_id: str, parsed: _ParsedLog) -> None:
-        session = parsed.session
-        count = len(session)
         starts = parsed.starts()
         position = starts[-1]
         for event in parsed.closers:
@@ -391,25 +200,14 @@ class JsonlStore(LocalStore[_OpenLog, _ParsedLog]):
             starts.append(position)
         key = hashlib.sha1(memoryview(parsed.raw)[: parsed.kept_end], usedforsecurity=False)
         key.update(_closer_bytes(parsed.closers))
-        surface, messages, generation, last_turn, open_turn = session.fold_state()
-        assert open_turn is None and len(starts) == count + 1
-        fold = Fold(
-            position, key.digest(), starts.tobytes(), surface, messages, generation, last_turn
-        )
-        write_fold(parsed.path + _FOLD_SUFFIX, fold)
+        write_fold(parsed.path + _FOLD_SUFFIX, snapshot(parsed.session, key.digest(), starts))
 
     def _committed_bytes(self, parsed: _ParsedLog) -> bytes:
         return parsed.raw[: parsed.kept_end]
 
     def _list(self, limit: int | None, offset: int) -> list[SessionInfo]:
         infos: list[SessionInfo] = []
-        try:
-            buckets = sorted(os.listdir(self.root))
-        except FileNotFoundError:
-            return []
-        for bucket in buckets:
-            if not is_bucket_name(bucket):
-                continue
+        for bucket in self._buckets():
             try:
                 entries = list(os.scandir(os.path.join(self.root, bucket)))
             except (FileNotFoundError, NotADirectoryError):
@@ -434,19 +232,75 @@ class JsonlStore(LocalStore[_OpenLog, _ParsedLog]):
             remove_stale_temps(path)
             fsync_dir(os.path.dirname(path))
 
-    def _untrack(self, entry: _OpenLog) -> None:
-        if entry.fd is not None:
-            os.close(entry.fd)
+    def _untrack(self, entry: OpenLog) -> None:
+        entry.close()
+
+
+class _Scan(NamedTuple):
+    """What a scan of a log's lines found."""
+
+    session: Session
+    closers: list[Event]
+    kept_end: int
+    starts: Callable[[], array[int]]
+    folded: int
+
+
+def _scan(
+    path: str, session_id: str, raw: bytes, header: JsonObject, header_end: int, *, repair: bool
+) -> _Scan:
+    """Check every event line of ``raw`` (no snapshot)."""
+    event_lines = raw[header_end:].split(b"\n")
+    event_lines.pop()  # after the last newline: empty, or a torn line
+    # Log-only events the fold never reads stay as their (checked) lines until used.
+    events = scan_event_lines(event_lines, path, file_line, blob=raw, lazy=True)
+    kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
+    starts = line_starts(header_end, kept)
+    session, closers = restore_log(
+        session_id,
+        header,
+        events,
+        path,
+        repair=repair,
+        position=file_line,
+        raw=RawEvents([raw], starts),
+    )
+    return _Scan(session, closers, starts[-1], lambda: array("Q", starts), 0)
+
+
+def _scan_after_fold(
+    path: str,
+    session_id: str,
+    raw: bytes,
+    header: JsonObject,
+    fold: Fold,
+    starts: array[int],
+    *,
+    repair: bool,
+) -> _Scan:
+    """Resume from a fold snapshot that covers ``raw[:fold.size]``; check only the rest."""
+    folded = len(starts) - 1
+    event_lines = raw[fold.size :].split(b"\n")
+    torn = event_lines.pop()
+    events = scan_event_lines(event_lines, path, file_line, blob=raw[fold.size :], first=folded)
+    base = resume(fold, session_id, RawEvents([raw], starts), header)
+    session, closers = restore_log(
+        session_id, header, events, path, repair=repair, position=file_line, base=base
+    )
+    kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
+    if len(events) == len(event_lines):
+        kept_end = len(raw) - len(torn)
+    else:
+        kept_end = fold.size + sum(len(line) + 1 for line in kept)
+
+    def all_starts() -> array[int]:
+        return starts[:-1] + line_starts(fold.size, kept)
+
+    return _Scan(session, closers, kept_end, all_starts, folded)
 
 
 def _closer_bytes(closers: list[Event]) -> bytes:
     return b"".join(encode_event(event) + b"\n" for event in closers)
-
-
-def _file_line(index: int) -> tuple[str, str]:
-    """Event ``index`` is "line index+1" as the reference counts (event lines only), and line
-    ``index+2`` of the file (the header is line 1)."""
-    return f"line {index + 1}", f", file line {index + 2}"
 
 
 def _peek(path: str) -> SessionInfo | None:

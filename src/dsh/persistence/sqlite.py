@@ -22,19 +22,19 @@ import sqlite3
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
 from dsh.persistence._fold import (
-    Fold,
     digest_parts,
     line_starts,
     load_fold,
     remove_fold,
+    resume,
+    snapshot,
     write_fold,
 )
-from dsh.persistence._local import LocalStore, Parsed, Tracked, exists_error
+from dsh.persistence._local import LocalStore, LocalTracked, Parsed
 from dsh.persistence._locks import WriterLock
 from dsh.persistence._paths import encode_session_id, ensure_private_dir
 from dsh.persistence._sqlite_db import (
@@ -44,20 +44,23 @@ from dsh.persistence._sqlite_db import (
     chunk_bases,
     connect,
     covered_lines,
+    write_transaction,
 )
 from dsh.persistence._sqlite_db import (
     row as event_row,
 )
 from dsh.persistence._v0 import (
     check_header,
-    corrupt,
+    check_row_keys,
     gc_paused,
     header_line,
     parse_header,
     restore_log,
+    row_number,
     scan_event_lines,
 )
 from dsh.persistence.base import (
+    SessionExists,
     SessionInfo,
     SessionModified,
     SessionNotFound,
@@ -66,11 +69,12 @@ from dsh.persistence.base import (
 from dsh.persistence.coordinator import PluginContext, mount_coordinator
 from dsh.session import Event, Session, encode_event
 from dsh.session.raw import RawEvents
+from dsh.session.vocab import JsonObject
 
 __all__ = ["SCHEMA_VERSION", "Config", "SqliteStore", "apply", "inject", "name"]
 
 @dataclass(kw_only=True)
-class _OpenSession(Tracked):
+class _OpenSession(LocalTracked):
     materialised: bool = False
     last_line: str | None = None
     """The line of seq ``count - 1`` as this writer wrote or loaded it."""
@@ -124,7 +128,7 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         if not self._exists(session_id):
             raise SessionNotFound(session_id)
 
-    def _track_new(self, header: dict[str, Any], lock: WriterLock) -> _OpenSession:
+    def _track_new(self, header: JsonObject, lock: WriterLock) -> _OpenSession:
         return _OpenSession(header=header, lock=lock)
 
     def _write(
@@ -135,8 +139,7 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         db = self._conn()
         # A checkpoint commits without syncing the WAL; the next FULL commit syncs it as well.
         db.execute("PRAGMA synchronous = FULL" if sync else "PRAGMA synchronous = NORMAL")
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with write_transaction(db):
             if not entry.materialised:
                 header = entry.header
                 try:
@@ -154,15 +157,10 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
                         ),
                     )
                 except sqlite3.IntegrityError:
-                    raise exists_error(session_id) from None
+                    raise SessionExists.persisted(session_id) from None
             else:
                 self._check_unchanged(db, session_id, entry)
             db.executemany(INSERT, rows)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         entry.materialised = True
         entry.last_line = rows[-1][-1]
 
@@ -241,16 +239,8 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
                 and key == fold.digest
             ):
                 parts.extend(piece for chunk in chunks for piece in (chunk, b"\n"))
-                base = Session.from_fold(
-                    session_id,
-                    RawEvents(chunks, starts, per=CHUNK, bases=bases[:-1]),
-                    header=header,
-                    surface=fold.surface,
-                    messages=fold.messages,
-                    replace_generation=fold.replace_generation,
-                    last_turn=fold.last_turn,
-                    open_turn=None,
-                )
+                raw = RawEvents(chunks, starts, per=CHUNK, bases=bases[:-1])
+                base = resume(fold, session_id, raw, header)
             else:  # a stale snapshot: read every row, as without one
                 return self._parse_rows(
                     db, session_id, line_of_header, header, [], where, repair=repair
@@ -265,8 +255,8 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         db: sqlite3.Connection,
         session_id: str,
         line_of_header: bytes,
-        header: dict[str, Any],
-        rows: list[Any],
+        header: JsonObject,
+        rows: list[tuple[int, bytes]],
         where: str,
         *,
         repair: bool,
@@ -289,21 +279,15 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         lines: list[bytes] = [line for _, line in rows]
         lazy = base is None  # log-only events stay as their rows' lines until used
         with gc_paused():
-            events = scan_event_lines(lines, where, _row_number, first=first, lazy=lazy)
-            for index, event in enumerate(events):
-                if rows[index][0] != event.seq:  # the key column disagrees with the line
-                    raise corrupt(
-                        where,
-                        f"row {first + index + 1} is keyed seq {rows[index][0]} "
-                        f"but its line holds seq {event.seq}",
-                    )
+            events = scan_event_lines(lines, where, row_number, first=first, lazy=lazy)
+            check_row_keys(rows, events, where, first)
             kept = lines[: len(events)]
             raw = None
             if lazy:
                 at = line_starts(len(line_of_header) + 1, kept)
                 raw = RawEvents(kept, at, per=1, bases=at.tolist()[:-1])
             session, closers = restore_log(
-                session_id, header, events, where, repair=repair, position=_row_number,
+                session_id, header, events, where, repair=repair, position=row_number,
                 base=base, raw=raw,
             )
         torn = sum(len(line) for line in lines[len(events) :])
@@ -325,28 +309,24 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         return os.path.join(self.fold_dir, encode_session_id(session_id) + ".fold")
 
     def _write_fold(self, session_id: str, parsed: _Parsed) -> None:
-        session = parsed.session
         lines = parsed.lines + [encode_event(event) for event in parsed.closers]
         if parsed.starts is not None:
             starts = parsed.starts[:-1] + line_starts(parsed.starts[-1], lines)
         else:
             starts = line_starts(len(parsed.prefix[0]), lines)
         key = digest_parts(*parsed.prefix, *(piece for line in lines for piece in (line, b"\n")))
-        surface, messages, generation, last_turn, open_turn = session.fold_state()
-        assert open_turn is None and len(starts) == len(session) + 1
+        fold = snapshot(parsed.session, key, starts)
         try:
             ensure_private_dir(self.fold_dir)
         except OSError:
             return
-        fold = Fold(starts[-1], key, starts.tobytes(), surface, messages, generation, last_turn)
         write_fold(self._fold_path(session_id), fold)
 
     def _fix_tail(self, session_id: str, parsed: _Parsed, lock: WriterLock) -> _OpenSession:
         db = self._conn()
         kept = len(parsed.events) - len(parsed.closers)
         if parsed.rows > kept or parsed.closers:
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(db):
                 db.execute(
                     "DELETE FROM events WHERE session_id = ? AND seq >= ?", (session_id, kept)
                 )
@@ -354,11 +334,6 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
                     INSERT,
                     [event_row(session_id, event, encode_event(event)) for event in parsed.closers],
                 )
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
         events = parsed.events
         last_line = (
             encode_event(events[-1]).decode() if parsed.closers
@@ -398,15 +373,9 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
 
     def _delete(self, session_id: str) -> None:
         db = self._conn()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with write_transaction(db):
             db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
             gone = db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
         remove_fold(self._fold_path(session_id))
         if not gone:
             raise SessionNotFound(session_id)
@@ -415,10 +384,6 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         if self._db is not None:
             db, self._db = self._db, None
             db.close()
-
-
-def _row_number(index: int) -> tuple[str, str]:
-    return f"row {index + 1}", ""
 
 
 # -- plugin ----------------------------------------------------------------------------------
