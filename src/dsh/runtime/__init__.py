@@ -1,9 +1,11 @@
 """dsh.runtime: the plugin host, event bus, cancellation primitives and config loader.
 
-``context`` owns the bus, services and plugin fibers; ``abort`` the cancellation objects;
-``config`` plugin-config validation; ``loader`` the YAML plugin list; ``keys`` the typed
-service keys and hooks. This module re-exports
-their public names.
+``context`` owns ``Context`` (services, child plugins) and plugin fibers; ``bus`` listener
+registration and dispatch; ``host`` the tables one root shares and dependency gating;
+``plugin_shape`` what counts as a plugin; ``keys`` the typed service keys and hooks; ``abort``
+the cancellation objects; ``config`` plugin-config validation; ``plugin_list`` parsing the YAML
+plugin list, ``resolve`` finding a plugin by name and ``loader`` loading the list into a
+context. This module re-exports their public names.
 """
 
 from dsh.runtime.abort import AbortController, AbortError, AbortSignal, run_cancellable
