@@ -62,7 +62,7 @@ class ScriptedAdapter:
         self._replies.extend(replies)
 
     def register(self, ctx: Context, *models: str) -> Callable[[], None]:
-        """Serve ``models`` (default ``scripted``) on ``ctx.llm``; returns the unregister."""
+        """Serve ``models`` (default ``scripted``) on the ``LLM`` service; returns the unregister."""
         return ctx.require(LLM).register_adapter(list(models) or ["scripted"], self)
 
     @property

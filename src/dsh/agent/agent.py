@@ -297,7 +297,7 @@ class Agent:
 
 class AgentRegistry:
     """The agents of a context, by id. Also the plugin that provides it:
-    ``await ctx.plugin(AgentRegistry)`` mounts ``ctx.agents``."""
+    ``await ctx.plugin(AgentRegistry)`` provides it as ``AGENTS``."""
 
     name = "agents"
 

@@ -1,4 +1,4 @@
-"""The live-session service (``ctx.sessions``): sessions published on the bus.
+"""The live-session service (``SESSIONS``): sessions published on the bus.
 
 Owns the in-memory table of live sessions and the store-level bus events that persistence and
 UIs listen to: ``session/created`` (emit, once), ``session/event`` (emit, after each commit),

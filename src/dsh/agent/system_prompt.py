@@ -1,4 +1,4 @@
-"""System prompt assembly (``ctx.system_prompt``): ordered sections with strict variables.
+"""System prompt assembly (``SYSTEM_PROMPT``): ordered sections with strict variables.
 
 Sections are sorted by ``order`` and joined with a blank line; empty sections are dropped. Text
 may use ``{{name}}`` variables; an unknown or valueless variable raises, which fails the turn

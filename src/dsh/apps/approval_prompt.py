@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-from dsh.tools.workspace.approval import ApprovalOutcome, ApprovalRequest
+from dsh.runtime import Context
+from dsh.tools.workspace.approval import APPROVAL, ApprovalOutcome, ApprovalRequest
 
 __all__ = ["TerminalAsker", "describe", "parse_answer"]
 
@@ -66,9 +66,9 @@ class TerminalAsker:
         return outcome
 
 
-def install(ctx: Any, ask: Callable[[str], Awaitable[str]], write: Callable[[str], None]) -> Callable[[], None]:
-    """Install the terminal asker on ``ctx.approval`` when approvals are mounted."""
-    approval = ctx.get("approval")
+def install(ctx: Context, ask: Callable[[str], Awaitable[str]], write: Callable[[str], None]) -> Callable[[], None]:
+    """Install the terminal asker on the approval service when approvals are mounted."""
+    approval = ctx.get(APPROVAL)
     if approval is None:
         return lambda: None
     remove: Callable[[], None] = approval.set_asker(TerminalAsker(ask, write))

@@ -31,16 +31,13 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from dsh import _clock
 from dsh.compose import choose_store
-from dsh.persistence.base import SessionLocked, SessionStore, StoreError
+from dsh.persistence.base import SESSION_STORE, SessionLocked, SessionStore, StoreError
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_plugins
-
-if TYPE_CHECKING:
-    from dsh.agent.loop import AgentLoop
 
 # The agent spine, the schedule plugin and time-context are imported where they are used, so
 # that every other dsh command, which builds this parser too, does not pay for them.
@@ -60,7 +57,13 @@ class CliHost:
     default_model: str  # for a session that never logged a model
 
 
-def add_parser(commands: Any, store_options: Callable[[argparse.ArgumentParser], None]) -> None:
+class Subcommands(Protocol):
+    """The top-level ``add_subparsers()`` action the CLI passes in."""
+
+    def add_parser(self, name: str, *, help: str | None = ...) -> argparse.ArgumentParser: ...
+
+
+def add_parser(commands: Subcommands, store_options: Callable[[argparse.ArgumentParser], None]) -> None:
     """Add ``dsh reminders list|run`` to the top-level subcommands."""
     reminders = commands.add_parser("reminders", help="reminders of every stored session; the delivery worker")
     sub = reminders.add_subparsers(dest="action", required=True, parser_class=type(reminders))
@@ -182,11 +185,12 @@ class Pass:
 
 async def serve_session(ctx: Context, session_id: str, model: str | None, result: Pass, default_model: str) -> None:
     """Resume one session (taking its writer lock), deliver everything due, release it."""
+    from dsh.agent.loop import AGENT_LOOP
     from dsh.plugins.schedule.delivery import deliver_once
     from dsh.plugins.schedule.fold import OneShot, Wait
     from dsh.plugins.schedule.plugin import CorruptScheduleLog, check_session
 
-    loop: AgentLoop = ctx.agent_loop
+    loop = ctx.require(AGENT_LOOP)
     try:
         agent = await loop.resume("main", session_id, model=model)
     except SessionLocked:
@@ -219,7 +223,7 @@ async def sweep(ctx: Context, model: str | None, default_model: str) -> Pass:
     """One pass over the store: serve every session with a due reminder."""
     from dsh.plugins.schedule.fold import ScheduleLogError, Wait, decide, fold, seed_length
 
-    store: SessionStore = ctx.session_store
+    store = ctx.require(SESSION_STORE)
     result = Pass()
     for info in await store.list():
         try:

@@ -22,24 +22,31 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
-from typing import Any, TextIO
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 
 from dsh.agent import loop as loop_plugin
 from dsh.agent import system_prompt as system_prompt_plugin
-from dsh.agent.agent import Agent
+from dsh.agent.agent import AGENTS, Agent
+from dsh.agent.hooks import REQUEST, JsonMap, RequestConfig
+from dsh.agent.sessions import SESSIONS
 from dsh.apps import pipes
 from dsh.apps.escape import escape_controls, keep
 from dsh.apps.home import default_root
 from dsh.apps.store_check import check_writable
 from dsh.apps.term.host import Asking
 from dsh.compose import app_store_entry, mount_spine
-from dsh.persistence.base import SessionInfo
+from dsh.llm.service import LLM
+from dsh.persistence.base import SESSION_STORE, SessionInfo
 from dsh.plugins import turn_outcome
-from dsh.runtime import Context
+from dsh.runtime import Context, ServiceKey
 from dsh.session import Event, Session
+from dsh.session.vocab import JsonObject
+
+if TYPE_CHECKING:
+    from dsh.plugins.compact import Compactor
 
 name = "stdio-app"
 log = logging.getLogger("dsh.apps.stdio")
@@ -64,7 +71,7 @@ class Config(msgspec.Struct, rename="camel"):
     system_prompt: str | None = None
 
 
-def _tool_result_text(data: dict[str, Any]) -> str:
+def _tool_result_text(data: Mapping[str, Any]) -> str:
     return "".join(b.get("text", "") for b in data.get("content") or () if b.get("type") == "text")
 
 
@@ -91,7 +98,7 @@ class Renderer:
         self.on_reading: Callable[[str], None] | None = None
 
     def label(self, session: Session) -> str:
-        for agent in self._ctx.agents.list():
+        for agent in self._ctx.require(AGENTS).list():
             if agent.session is session:
                 return str(agent.id)
         return session.id
@@ -154,7 +161,7 @@ class StdioApp:
         self.output_closed = False  # stdout's reader went away (``dsh chat | head``)
         self._stop_input: Callable[[], None] | None = None
         # The reason of the last turn this run ended (dsh chat's exit status comes from it).
-        self.last_turn_reason: dict[str, Any] | None = None
+        self.last_turn_reason: JsonObject | None = None
         # The store stopped writing this session (another program wrote to it): exit 1.
         self.persist_stopped = False
         self._remove_model_hook: Callable[[], None] | None = None
@@ -189,7 +196,10 @@ class StdioApp:
         if not text:
             return None
         if text == "/compact":
-            compact = self.ctx.get("compact")
+            # Imported on first use: most runs never compact, and the module is not small.
+            from dsh.plugins.compact import COMPACT
+
+            compact = self.ctx.get(COMPACT)
             if compact is None:
                 return "compaction is not mounted (add the compact plugin to your config)"
             self.submitted = True
@@ -203,7 +213,7 @@ class StdioApp:
         self.submitted = True
         return None
 
-    async def _compact_now(self, compact: Any) -> None:
+    async def _compact_now(self, compact: Compactor) -> None:
         try:
             await compact.compact_now(self.agent)
         except Exception as exc:
@@ -214,23 +224,23 @@ class StdioApp:
     def switch_model(self, model: str) -> str | None:
         """``/model NAME``: later requests use ``model`` (the loop logs a ``request/header``
         change); returns a problem to show instead when nothing here serves it."""
-        llm = self.ctx.llm
+        llm = self.ctx.require(LLM)
         if not llm.has_model(model):
             return f'model "{escape_controls(model)}" is not served here (served: {", ".join(llm.models())})'
         self.agent.options.model = model
         if self._remove_model_hook is None:
-            self._remove_model_hook = self.ctx.on("agent/request", self._model_hook)
+            self._remove_model_hook = self.ctx.on(REQUEST, self._model_hook)
         return None
 
-    async def _model_hook(self, agent: Agent, _turn: int, _step: int, config: Any, next_: Any) -> Any:
+    async def _model_hook(self, request: RequestConfig, next_: Callable[[], Awaitable[JsonMap]]) -> JsonMap:
         result = await next_()
-        model = agent.options.model
-        if agent is self.agent and model and isinstance(result, dict) and result.get("model") != model:
+        model = request.agent.options.model
+        if request.agent is self.agent and model and isinstance(result, dict) and result.get("model") != model:
             result = {**result, "model": model}
         return result
 
     async def _replace_agent(self, session_id: str | None) -> None:
-        loop: loop_plugin.AgentLoop = self.ctx.agent_loop
+        loop = self.ctx.require(loop_plugin.AGENT_LOOP)
         model = self.agent.options.model
         if self.agent.status == "running" or self.agent.queued:
             self.agent.cancel("session switched")
@@ -253,7 +263,7 @@ class StdioApp:
     async def folder_sessions(self) -> list[SessionInfo]:
         """Stored sessions of this folder, newest first, without the current one."""
         here = os.getcwd()
-        infos = await self.ctx.session_store.list()
+        infos = await self.ctx.require(SESSION_STORE).list()
         return [i for i in infos if i.header.get("cwd") == here and i.id != self.session_id]
 
     def set_stop_input(self, callback: Callable[[], None]) -> None:
@@ -269,7 +279,7 @@ class StdioApp:
         agent = self.agent
         while not agent.disposed and (agent.status == "running" or agent.queued or agent.steering):
             await agent.when_idle()
-        await self.ctx.sessions.flush(agent.session)
+        await self.ctx.require(SESSIONS).flush(agent.session)
 
     async def run(self, *, stdin: TextIO | None = None, stdout: TextIO | None = None, plain: bool | None = None) -> None:
         stdin = stdin or sys.stdin
@@ -336,6 +346,9 @@ class StdioApp:
             remove()
 
 
+STDIO_APP: ServiceKey[StdioApp] = ServiceKey("stdio_app")
+
+
 def _isatty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -350,22 +363,23 @@ async def apply(ctx: Context, config: Config) -> None:
         tool_order=config.tool_order,
         loop_config={"maxStepsPerTurn": config.max_steps_per_turn, "freezeHistory": True},
         store=None
-        if ctx.has("session_store")
+        if ctx.has(SESSION_STORE)
         else app_store_entry(config.store, config.persistence_root, config.sqlite_path),
     )
+    prompt = ctx.require(system_prompt_plugin.SYSTEM_PROMPT)
     if config.system_prompt is not None:
-        ctx.system_prompt.remove_section(system_prompt_plugin.IDENTITY_ID)
-        ctx.defer(ctx.system_prompt.add_section("deployment:system", config.system_prompt, order=-100))
-    if not ctx.has("turn_outcome"):
+        prompt.remove_section(system_prompt_plugin.IDENTITY_ID)
+        ctx.defer(prompt.add_section("deployment:system", config.system_prompt, order=-100))
+    if not ctx.has(turn_outcome.TURN_OUTCOME):
         # After a cancelled or failed turn, the next request says so (plain and terminal mode).
         await ctx.plugin(turn_outcome)
     if config.persona:
-        ctx.defer(ctx.system_prompt.add_section("deployment:persona", config.persona, order=0))
+        ctx.defer(prompt.add_section("deployment:persona", config.persona, order=0))
     # Before any session exists: an unwritable store would lose the conversation at its first flush.
-    check_writable(ctx.session_store)
-    loop: loop_plugin.AgentLoop = ctx.agent_loop
+    check_writable(ctx.require(SESSION_STORE))
+    loop = ctx.require(loop_plugin.AGENT_LOOP)
     if config.resume_session_id:
         agent = await loop.resume("main", config.resume_session_id, model=config.model)
     else:
         agent = loop.create("main", model=config.model, cwd=os.getcwd())
-    ctx.provide("stdio_app", StdioApp(ctx, config, agent))
+    ctx.provide(STDIO_APP, StdioApp(ctx, config, agent))

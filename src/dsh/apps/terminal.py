@@ -304,7 +304,7 @@ class TerminalUI:
             streams.append(handler.setStream(self._out))
         sys.stdout = sys.stderr = self._out
         app.set_stop_input(self.leave)
-        app.terminal = self  # plugins reach ask() through ctx.stdio_app.terminal
+        app.terminal = self  # plugins reach ask() through ctx.require(STDIO_APP).terminal
         remove_asker = install_asker(app.ctx, self.ask, self._write)
         self._write(
             self.style.bold(escape_controls(app.config.welcome))

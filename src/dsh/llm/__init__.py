@@ -3,7 +3,7 @@
 - :mod:`dsh.llm.types`: blocks, messages, stream chunks, usage, finish reasons, ``LlmRequest``,
   ``LlmError``;
 - :mod:`dsh.llm.assembler`: :class:`ChunkAssembler`, chunks → content blocks;
-- :mod:`dsh.llm.service`: the ``llm`` plugin providing ``ctx.llm`` (:class:`LlmService`);
+- :mod:`dsh.llm.service`: the ``llm`` plugin providing ``LLM`` (:class:`LlmService`);
 - :mod:`dsh.llm.echo`: the keyless ``mock-echo`` model (plugin ``echo-llm``);
 - :mod:`dsh.llm.openai_compat`: DeepSeek / OpenAI-compatible endpoints (plugin ``openai-llm``),
   not imported here so that importing :mod:`dsh.llm` stays cheap.

@@ -1,6 +1,6 @@
 """The keyless ``mock-echo`` model (docs/llm.md), as the ``echo-llm`` plugin.
 
-This module owns :class:`MockEchoAdapter` and the plugin that registers it on ``ctx.llm``. Its
+This module owns :class:`MockEchoAdapter` and the plugin that registers it on the ``LLM`` service. Its
 chunk stream reproduces the reference mock byte for byte (see the ``stdio-tool-call`` fixture):
 
 - ``lastUserText``: user-role messages newest first, each one's blocks in their own order; the

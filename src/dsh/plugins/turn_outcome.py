@@ -28,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from dsh.runtime import Context
+from dsh.agent.hooks import PROMPT_SUBMIT, JsonMap, PromptSubmit
+from dsh.runtime import Context, ServiceKey
 from dsh.session import Event, Session
 
 name = "turn-outcome"
@@ -82,10 +83,12 @@ def describe(ending: Event) -> str:
     return f"{turn} was interrupted by a crash before it finished{tail}"
 
 
+TURN_OUTCOME: ServiceKey[Callable[[Event], str]] = ServiceKey("turn_outcome")
+
+
 def apply(ctx: Context, config: object = None) -> None:
-    async def on_prompt(
-        agent: Any, content: Any, source: Any, next_: Callable[[], Awaitable[Any]]
-    ) -> Any:
+    async def on_prompt(submit: PromptSubmit, next_: Callable[[], Awaitable[JsonMap]]) -> JsonMap:
+        agent = submit.agent
         if agent.session.open_turn is not None:
             ending = unexplained_ending(agent.session)
             if ending is not None:
@@ -93,5 +96,5 @@ def apply(ctx: Context, config: object = None) -> None:
                 agent.inject([{"type": "text", "text": describe(ending)}], source=SOURCE)
         return await next_()
 
-    ctx.on("agent/prompt-submit", on_prompt, prepend=True)
-    ctx.provide("turn_outcome", describe)  # so a host mounts it only once
+    ctx.on(PROMPT_SUBMIT, on_prompt, prepend=True)
+    ctx.provide(TURN_OUTCOME, describe)  # so a host mounts it only once

@@ -1,4 +1,4 @@
-"""dsh.tools: tool declarations, the ``ctx.tools`` registry and the built-in ``echo`` tool.
+"""dsh.tools: tool declarations, the ``TOOLS`` registry and the built-in ``echo`` tool.
 
 ``types`` owns the shapes (``define_tool``, ``Tool``, ``ToolCall``, ``ToolResult``,
 ``ToolError``); ``registry`` the ``tools`` plugin and its execute pipeline; ``echo`` the demo tool

@@ -1,4 +1,4 @@
-"""The built-in ``echo`` tool, and the ``echo-tool`` plugin that registers it on ``ctx.tools``.
+"""The built-in ``echo`` tool, and the ``echo-tool`` plugin that registers it on ``TOOLS``.
 
 It exists for demos and end-to-end tests: deterministic, keyless, and enough to exercise the
 whole tool path (schema in the request, ``tool/call``, execute, ``tool/result``).
@@ -39,5 +39,5 @@ echo_tool = define_tool(
 
 
 def apply(ctx: Context, config: object) -> None:
-    """Register ``echo`` on ``ctx.tools`` for as long as this plugin is loaded."""
+    """Register ``echo`` on ``TOOLS`` for as long as this plugin is loaded."""
     ctx.defer(ctx.require(TOOLS).register(echo_tool))

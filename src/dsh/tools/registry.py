@@ -1,4 +1,4 @@
-"""The tool registry service (``ctx.tools``) and the ``tools`` plugin that provides it.
+"""The tool registry service (``TOOLS``) and the ``tools`` plugin that provides it.
 
 This module owns registration, the model-facing schema list, and the execute pipeline the agent
 loop calls for every tool call. A tool is seen by every agent, or registered for one agent id
@@ -55,7 +55,7 @@ class Config(msgspec.Struct, rename="camel"):
 
 class ApprovalGate(Protocol):
     """What the execute pipeline asks before running a tool that needs approval
-    (``ctx.approval`` of the workspace-tools plugin is one)."""
+    (the workspace-tools ``APPROVAL`` service is one)."""
 
     def requires(self, tool: Tool) -> bool: ...
 
@@ -346,5 +346,5 @@ TOOLS: ServiceKey[ToolRegistry] = ServiceKey("tools")
 
 
 def apply(ctx: Context, config: Config) -> None:
-    """Provide ``ctx.tools``."""
+    """Provide ``TOOLS``."""
     ctx.provide(TOOLS, ToolRegistry(tool_order=config.tool_order))

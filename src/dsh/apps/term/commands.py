@@ -18,6 +18,7 @@ from prompt_toolkit.document import Document
 from dsh.apps.escape import escape_controls
 from dsh.apps.term.host import TerminalApp
 from dsh.apps.term.view import usage_line
+from dsh.llm.service import LLM
 
 COMMANDS: dict[str, str] = {
     "/help": "this list",
@@ -60,7 +61,7 @@ class SlashCompleter(Completer):
             return
         command, _, arg = text.partition(" ")
         if command == "/model":
-            options: list[str] = list(self._ui.app.ctx.llm.models())
+            options: list[str] = list(self._ui.app.ctx.require(LLM).models())
         elif command == "/resume":
             options = list(self._ui.recent)
         else:
@@ -96,7 +97,7 @@ async def run(ui: UI, line: str) -> None:
             ui.say("compacting…")
     elif command == "/model":
         if not arg:
-            ui.say(f"model: {app.agent.options.model} (served here: {', '.join(app.ctx.llm.models())})")
+            ui.say(f"model: {app.agent.options.model} (served here: {', '.join(app.ctx.require(LLM).models())})")
             return
         problem = app.switch_model(arg)
         if problem:

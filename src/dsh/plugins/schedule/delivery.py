@@ -21,9 +21,10 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from dsh import _clock
+from dsh.agent.sessions import SESSIONS
 from dsh.plugins.schedule.fold import (
     EVENT_TYPE,
     Batch,
@@ -35,6 +36,7 @@ from dsh.plugins.schedule.fold import (
     fold_session,
 )
 from dsh.plugins.schedule.timespec import format_instant
+from dsh.session.vocab import JsonObject
 
 if TYPE_CHECKING:
     from dsh.agent.agent import Agent
@@ -55,7 +57,7 @@ ONE_HEADER: Final = "[SCHEDULE REMINDER]"
 BATCH_HEADER: Final = "[SCHEDULE REMINDER BATCH]"
 
 
-def _js(value: Any) -> str:
+def _js(value: object) -> str:
     """``JSON.stringify``: compact, non-ASCII kept."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -91,7 +93,7 @@ def render(decision: OneShot | Batch) -> str:
     )
 
 
-def is_reminder_source(source: Any) -> bool:
+def is_reminder_source(source: object) -> bool:
     return type(source) is dict and source.get("kind") == "plugin" and source.get("plugin") == SOURCE["plugin"]
 
 
@@ -111,11 +113,11 @@ def describe(text: str) -> str | None:
     return None
 
 
-def _reminder_turn_end(agent: Agent, since: int) -> dict[str, Any] | None:
+def _reminder_turn_end(agent: Agent, since: int) -> JsonObject | None:
     """The end reason of the turn, begun at or after seq ``since``, that carried our framing
     message (``None`` while it has not ended, or if it never started)."""
-    open_turn: Any = None
-    ours: Any = None
+    open_turn: object = None
+    ours: object = None
     for event in agent.session.events[since:]:
         data = event.data if type(event.data) is dict else {}
         if event.type == "turn/start":
@@ -165,7 +167,7 @@ async def deliver_once(ctx: Context, agent: Agent) -> OneShot | Batch | Wait | N
     for payload in dispatch_payloads(decision):
         if payload["id"] in active:
             agent.session.append(EVENT_TYPE, payload)
-    await ctx.sessions.flush(agent.session)
+    await ctx.require(SESSIONS).flush(agent.session)
     return decision
 
 
@@ -222,7 +224,7 @@ class Owner:
                 self.delivered += 1
 
 
-def describe_change(data: Any) -> str:
+def describe_change(data: object) -> str:
     """One readable line for a ``schedule/change`` (``dsh sessions show``)."""
     if type(data) is not dict:
         return f"schedule/change {_js(data)}"

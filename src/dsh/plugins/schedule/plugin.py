@@ -1,10 +1,10 @@
 """The ``schedule`` plugin: session-scoped reminders whose whole state is the session log.
 
-Owns the wiring: it registers the three tools on ``ctx.tools``, checks each agent's schedule log
+Owns the wiring: it registers the three tools on the ``TOOLS`` registry, checks each agent's schedule log
 when the agent appears (a malformed ``schedule/change`` is recorded as corruption and the agent
 gets no deliveries; :meth:`Schedule.check` raises it so an app can refuse the session), starts
 one delivery :class:`~dsh.plugins.schedule.delivery.Owner` per agent when ``live`` is on, and
-provides ``ctx.schedule``.
+provides the ``schedule`` service (:data:`SCHEDULE`).
 
 Config: ``live`` (default ``true``): deliver due reminders while the session is open in this
 process. ``dsh reminders run`` mounts the plugin with ``live: false`` and delivers itself.
@@ -12,15 +12,17 @@ process. ``dsh reminders run`` mounts the plugin with ``live: false`` and delive
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
+from dsh.agent.agent import AGENTS, Agent
+from dsh.agent.hooks import AGENT_CREATED, AGENT_DISPOSED
 from dsh.persistence.base import CorruptSessionLog
 from dsh.plugins.schedule.delivery import Owner
 from dsh.plugins.schedule.fold import ScheduleLogError, fold_session
 from dsh.plugins.schedule.tools import ScheduleTools
-from dsh.runtime import Context
+from dsh.runtime import Context, ServiceKey
+from dsh.session import Session
+from dsh.tools.registry import TOOLS
 
 name = "schedule"
 inject = ["agents", "tools", "sessions"]
@@ -39,7 +41,7 @@ class CorruptScheduleLog(CorruptSessionLog):
         self.error = error
 
 
-def check_session(session: Any) -> None:
+def check_session(session: Session) -> None:
     """Raise :class:`CorruptScheduleLog` when ``session``'s schedule events do not fold."""
     try:
         fold_session(session)
@@ -48,7 +50,7 @@ def check_session(session: Any) -> None:
 
 
 class Schedule:
-    """``ctx.schedule``: the owners of live agents and the corruption found at load."""
+    """The ``schedule`` service: the owners of live agents and the corruption found at load."""
 
     def __init__(self, ctx: Context, live: bool) -> None:
         self._ctx = ctx
@@ -56,13 +58,13 @@ class Schedule:
         self.owners: dict[str, Owner] = {}
         self.corrupt: dict[str, CorruptScheduleLog] = {}
 
-    def check(self, agent: Any) -> None:
+    def check(self, agent: Agent) -> None:
         """Raise the corruption found when ``agent`` appeared, if any."""
         error = self.corrupt.get(agent.id)
         if error is not None and error.session_id == agent.session.id:
             raise error
 
-    def on_agent(self, agent: Any) -> None:
+    def on_agent(self, agent: Agent) -> None:
         try:
             check_session(agent.session)
         except CorruptScheduleLog as exc:
@@ -74,13 +76,13 @@ class Schedule:
             self.owners[agent.id] = owner
             owner.start()
 
-    async def on_disposed(self, agent: Any) -> None:
+    async def on_disposed(self, agent: Agent) -> None:
         owner = self.owners.get(agent.id)
         if owner is not None and owner.agent is agent:
             del self.owners[agent.id]
             await owner.stop()
 
-    def poke(self, agent: Any) -> None:
+    def poke(self, agent: Agent) -> None:
         owner = self.owners.get(agent.id)
         if owner is not None and owner.agent is agent:
             owner.poke()
@@ -91,14 +93,18 @@ class Schedule:
             await owner.stop()
 
 
+SCHEDULE: ServiceKey[Schedule] = ServiceKey("schedule")
+
+
 def apply(ctx: Context, config: Config) -> None:
     schedule = Schedule(ctx, config.live)
     tools = ScheduleTools(ctx, schedule.poke)
+    registry = ctx.require(TOOLS)
     for tool in tools.tools():
-        ctx.defer(ctx.tools.register(tool))
-    ctx.on("agent/created", schedule.on_agent)
-    ctx.on("agent/disposed", schedule.on_disposed)
+        ctx.defer(registry.register(tool))
+    ctx.on(AGENT_CREATED, lambda created: schedule.on_agent(created.agent))
+    ctx.on(AGENT_DISPOSED, lambda disposed: schedule.on_disposed(disposed.agent))
     ctx.defer(schedule.dispose)
-    for agent in ctx.agents.list():
+    for agent in ctx.require(AGENTS).list():
         schedule.on_agent(agent)
-    ctx.provide("schedule", schedule)
+    ctx.provide(SCHEDULE, schedule)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from dsh import _clock
+from dsh.agent.sessions import SESSIONS
 from dsh.plugins.schedule.fold import (
     EVENT_TYPE,
     VERSION,
@@ -32,9 +33,11 @@ from dsh.plugins.schedule.timespec import (
     is_safe_integer,
     parse_at,
 )
+from dsh.session.vocab import JsonObject
 from dsh.tools.types import ContentBlock, Tool, ToolCall, define_tool
 
 if TYPE_CHECKING:
+    from dsh.agent.agent import Agent
     from dsh.runtime import Context
 
 SELECTORS: Final = ("after_seconds", "at", "every_seconds")
@@ -82,7 +85,7 @@ CREATE_PARAMETERS: Final = {
 }
 
 
-def _error(code: str, message: str) -> dict[str, Any]:
+def _error(code: str, message: str) -> JsonObject:
     return {"code": code, "message": message}
 
 
@@ -90,8 +93,8 @@ CORRUPT: Final = _error("corrupt_schedule_log", "The session schedule log is cor
 INTERNAL: Final = _error("internal_error", "The schedule operation failed.")
 
 
-def _uncertain(operation: str, schedule_id: str | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _uncertain(operation: str, schedule_id: str | None = None) -> JsonObject:
+    out: JsonObject = {
         "code": "persistence_uncertain",
         "message": "Schedule persistence is uncertain; retry with schedule_list before relying on this result.",
         "operation": operation,
@@ -101,11 +104,11 @@ def _uncertain(operation: str, schedule_id: str | None = None) -> dict[str, Any]
     return out
 
 
-def _text(value: Any) -> list[ContentBlock]:
+def _text(value: object) -> list[ContentBlock]:
     return [{"type": "text", "text": json.dumps(value, ensure_ascii=False, separators=(",", ":"))}]
 
 
-def build_record(schedule_id: str, args: Any, now: int) -> Record:
+def build_record(schedule_id: str, args: object, now: int) -> Record:
     """Validate ``schedule_create`` arguments into a record (raises :class:`ScheduleInputError`)."""
     if type(args) is not dict:
         raise ScheduleInputError("invalid_selector", "schedule_create accepts exactly one of after_seconds, at, or every_seconds.")
@@ -142,22 +145,22 @@ def build_record(schedule_id: str, args: Any, now: int) -> Record:
 class ScheduleTools:
     """The tools, bound to a context; ``on_change(agent)`` runs after a durable create or delete."""
 
-    def __init__(self, ctx: Context, on_change: Callable[[Any], None]) -> None:
+    def __init__(self, ctx: Context, on_change: Callable[[Agent], None]) -> None:
         self._ctx = ctx
         self._on_change = on_change
 
-    async def _flush(self, agent: Any) -> bool:
+    async def _flush(self, agent: Agent) -> bool:
         try:
-            await self._ctx.sessions.flush(agent.session)
+            await self._ctx.require(SESSIONS).flush(agent.session)
         except Exception:
             return False
         return True
 
-    def _fold(self, agent: Any) -> Folded:
+    def _fold(self, agent: Agent) -> Folded:
         session = agent.session
         return fold_session(session)
 
-    async def create(self, args: Any, call: ToolCall) -> list[ContentBlock]:
+    async def create(self, args: object, call: ToolCall) -> list[ContentBlock]:
         agent = call.agent
         if agent is None:
             return _text(INTERNAL)
@@ -178,7 +181,7 @@ class ScheduleTools:
         self._on_change(agent)
         return _text(record.view(_clock.now_ms()))
 
-    async def list_(self, args: Any, call: ToolCall) -> list[ContentBlock]:
+    async def list_(self, args: object, call: ToolCall) -> list[ContentBlock]:
         agent = call.agent
         if agent is None:
             return _text(INTERNAL)
@@ -191,7 +194,7 @@ class ScheduleTools:
         now = _clock.now_ms()
         return _text([record.view(now) for record in state.active.values()])
 
-    async def delete(self, args: Any, call: ToolCall) -> list[ContentBlock]:
+    async def delete(self, args: object, call: ToolCall) -> list[ContentBlock]:
         raw = args.get("id") if type(args) is dict else None
         if type(raw) is not str or not raw or raw.strip() != raw:
             return _text(_error("invalid_rule", "schedule_delete id must be non-empty without surrounding whitespace."))

@@ -27,6 +27,7 @@ from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from dsh.runtime.abort import AbortSignal
 from dsh.runtime.keys import ServiceKey
+from dsh.session.vocab import JsonObject
 from dsh.tools.types import Tool, ToolCall
 
 __all__ = [
@@ -77,7 +78,7 @@ class Asker(Protocol):
     ) -> Awaitable[ApprovalOutcome] | ApprovalOutcome: ...
 
 
-def _has_open_turn(session: Any) -> bool:
+def _has_open_turn(session: object) -> bool:
     return getattr(session, "open_turn", None) is not None
 
 
@@ -128,7 +129,7 @@ class ApprovalService:
 
     # -- per-session state ------------------------------------------------------------------
 
-    def _state(self, session: Any) -> _SessionState:
+    def _state(self, session: object) -> _SessionState:
         sid = str(getattr(session, "id", ""))
         state = self._sessions.get(sid)
         if state is None:
@@ -161,7 +162,7 @@ class ApprovalService:
             return "unavailable"  # no turn to audit in: refuse rather than decide unlogged
         state = self._state(session)
         request_id = str(uuid.uuid4())
-        asked: dict[str, Any] = {"id": request_id, "toolName": req.tool_name}
+        asked: JsonObject = {"id": request_id, "toolName": req.tool_name}
         if req.call_id is not None:
             asked["callId"] = req.call_id
         if req.reason:

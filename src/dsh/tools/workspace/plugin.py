@@ -1,5 +1,6 @@
 """The ``workspace-tools`` plugin: mounts the shell, job, file, search and todo tools, the sandbox
-policy and the approval service (``ctx.approval``) on ``ctx.tools``.
+policy and the approval service (:data:`~dsh.tools.workspace.approval.APPROVAL`) on the tool
+registry (:data:`~dsh.tools.registry.TOOLS`).
 
 It registers every tool not disabled in ``tools`` (``{"bash": false}``), installs the approval
 service as the tool registry's gate (so any tool with ``needs_approval`` passes it), tells each
@@ -9,7 +10,8 @@ See :mod:`.config` for the keys.
 
 from __future__ import annotations
 
-from dsh.runtime.context import Context
+from dsh.runtime import Context
+from dsh.tools.registry import TOOLS
 from dsh.tools.workspace._common import SpillStore
 from dsh.tools.workspace.approval import APPROVAL, ApprovalService
 from dsh.tools.workspace.bash import bash_tool
@@ -41,7 +43,7 @@ async def apply(ctx: Context, config: Config) -> None:
         ),
         ledger=ReadLedger(),
     )
-    registry = ctx.tools
+    registry = ctx.require(TOOLS)
     ctx.defer(registry.set_approval_gate(approval))
     tools = [
         bash_tool(shared),
