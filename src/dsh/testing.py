@@ -21,7 +21,7 @@ from dsh.runtime import Context, Fiber
 from dsh.session import DerivedMessages
 
 
-async def mount_agent_loop(ctx: Context, *, loop_config: Mapping[str, Any] | None = None) -> list[Fiber]:
+async def mount_agent_loop(ctx: Context, *, loop_config: Mapping[str, object] | None = None) -> list[Fiber]:
     """Mount the in-memory agent spine on ``ctx``; returns the fibers in mount order."""
     return await mount_spine(ctx, loop_config=loop_config)
 
@@ -37,7 +37,7 @@ class Reply:
     """
 
     text: str = ""
-    tool_calls: Sequence[tuple[str, str, Mapping[str, Any] | str]] = ()
+    tool_calls: Sequence[tuple[str, str, Mapping[str, object] | str]] = ()
     reasoning: str = ""
     finish: FinishReason | None = None
     usage: TokenUsage | None = field(default_factory=lambda: TokenUsage(inputTokens=10, outputTokens=5))

@@ -10,13 +10,14 @@ a final drain completes before the session is forgotten). It does no I/O itself.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dsh import _clock
 from dsh.runtime import Context, Hook, ServiceKey
 from dsh.session import Event, ForkError, Session
+from dsh.session.vocab import JsonObject
 
 name = "sessions"
 
@@ -59,7 +60,7 @@ class SessionService:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
         self._live: dict[str, Session] = {}
-        self._unsubscribe: dict[str, Any] = {}
+        self._unsubscribe: dict[str, Callable[[], None]] = {}
         self._ids = itertools.count(1)
 
     def create(
@@ -77,7 +78,7 @@ class SessionService:
                 session_id = f"session-{next(self._ids)}"
         if session_id in self._live:
             raise ForkError(f'session "{session_id}" already exists', "SESSION_ALREADY_EXISTS")
-        header: dict[str, Any] = {"version": 0, "id": session_id, "createdAt": _clock.now_ms()}
+        header: JsonObject = {"version": 0, "id": session_id, "createdAt": _clock.now_ms()}
         if cwd is not None:
             header["cwd"] = cwd
         seed = list(seed)

@@ -46,7 +46,6 @@ def _entries(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | None]:
 
 async def run(args: argparse.Namespace) -> int:
     from dsh.plugins.mcp.plugin import servers, status_line
-    from dsh.tools.registry import TOOLS
 
     entries, base = _entries(args)
     ctx = Context()

@@ -26,11 +26,12 @@ or ``The previous turn (turn 5) failed at step 1 with error TIMEOUT: <message>; 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Final
 
 from dsh.agent.hooks import PROMPT_SUBMIT, JsonMap, PromptSubmit
 from dsh.runtime import Context, ServiceKey
 from dsh.session import Event, Session
+from dsh.session.vocab import JsonObject
 
 name = "turn-outcome"
 inject = ["agents"]
@@ -62,7 +63,7 @@ def unexplained_ending(session: Session) -> Event | None:
 def describe(ending: Event) -> str:
     """The note's text for one bad ``turn/end``."""
     data = ending.data
-    reason: dict[str, Any] = data.get("reason") or {}
+    reason: JsonObject = data.get("reason") or {}
     kind = reason.get("kind")
     turn = f"The previous turn (turn {data.get('turn')})"
     tail = "; its reply above, if any, is incomplete."

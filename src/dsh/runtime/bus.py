@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar, overload
+from typing import Protocol, TypeVar, overload
 
 from dsh.runtime.keys import Chain, Hook, check_declared
 
@@ -162,7 +162,7 @@ class EventBus:
     async def serial(self, event: Hook[P], payload: P, /) -> object: ...
 
     @overload
-    async def serial(self, event: str, *args: object) -> Any: ...
+    async def serial(self, event: str, *args: object) -> object: ...
 
     async def serial(self, event: str | Hook[object], *args: object) -> object:
         """Await listeners in order. An exception propagates and stops the dispatch; a result

@@ -7,7 +7,6 @@ whole tool path (schema in the request, ``tool/call``, execute, ``tool/result``)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from dsh.runtime.context import Context
 from dsh.tools.registry import TOOLS
@@ -19,7 +18,7 @@ name = "echo-tool"
 inject = ["tools"]
 
 
-def _execute(args: Any, call: ToolCall) -> list[ContentBlock]:
+def _execute(args: object, call: ToolCall) -> list[ContentBlock]:
     text = args.get("text") if isinstance(args, Mapping) else None
     if not isinstance(text, str):
         raise ToolError('echo: expected arguments {"text": <string>}')

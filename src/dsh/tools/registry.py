@@ -161,7 +161,7 @@ class ToolRegistry:
         *,
         call_id: str,
         name: str,
-        arguments: Any,
+        arguments: object,
         agent: Any = None,
         signal: AbortSignal | None = None,
         agent_id: str | None = None,

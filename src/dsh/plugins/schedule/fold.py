@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from dsh.plugins.schedule.timespec import (
     MAX_MS,
@@ -23,7 +23,8 @@ from dsh.plugins.schedule.timespec import (
     is_safe_integer,
     parse_canonical,
 )
-from dsh.session import Event
+from dsh.session import Event, Session
+from dsh.session.vocab import JsonObject
 
 EVENT_TYPE: Final = "schedule/change"
 VERSION: Final = 1
@@ -52,9 +53,9 @@ class Record:
     scheduled_at: int
     seconds: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The durable record, keys in the reference's order."""
-        out: dict[str, Any] = {"id": self.id, "kind": self.kind, "prompt": self.prompt}
+        out: JsonObject = {"id": self.id, "kind": self.kind, "prompt": self.prompt}
         if self.kind == "after":
             out["afterSeconds"] = self.seconds
         elif self.kind == "every":
@@ -62,7 +63,7 @@ class Record:
         out["scheduledAt"] = format_instant(self.scheduled_at)
         return out
 
-    def view(self, now: int) -> dict[str, Any]:
+    def view(self, now: int) -> JsonObject:
         """What the tools show: the record plus ``state`` and ``deliveryMode``."""
         out = self.to_json()
         out["state"] = "overdue" if now >= self.scheduled_at else "scheduled"
@@ -96,30 +97,30 @@ class Folded:
 # -- decoding --------------------------------------------------------------------------------
 
 
-def _exact(value: Mapping[str, Any], keys: Iterable[str]) -> bool:
+def _exact(value: Mapping[str, object], keys: Iterable[str]) -> bool:
     return set(value) == set(keys)
 
 
-def _id(value: Any) -> str:
+def _id(value: object) -> str:
     if type(value) is not str or not value or value.strip() != value:
         raise ScheduleLogError("schedule id must be a non-empty string without surrounding whitespace")
     return value
 
 
-def _instant(value: Any, what: str) -> int:
+def _instant(value: object, what: str) -> int:
     ms = parse_canonical(value)
     if ms is None:
         raise ScheduleLogError(f"{what} must be a canonical four-digit-year RFC 3339 UTC instant")
     return ms
 
 
-def _prompt(value: Any) -> str:
+def _prompt(value: object) -> str:
     if type(value) is not str or not value or value.strip() != value:
         raise ScheduleLogError("schedule prompt must be non-empty and already trimmed")
     return value
 
 
-def decode_record(value: Any) -> Record:
+def decode_record(value: object) -> Record:
     if type(value) is not dict:
         raise ScheduleLogError("schedule record must be an object")
     kind = value.get("kind")
@@ -144,7 +145,7 @@ def decode_record(value: Any) -> Record:
     raise ScheduleLogError('v1 schedule kind must be "after", "at", or "every"')
 
 
-def decode_change(data: Any) -> Change:
+def decode_change(data: object) -> Change:
     """One strict version-1 ``schedule/change`` payload."""
     if type(data) is not dict:
         raise ScheduleLogError("schedule/change payload must be an object")
@@ -262,14 +263,14 @@ class ChangeIndex:
             self.changes.append(event)
 
 
-def fold_session(session: Any) -> Folded:
+def fold_session(session: Session) -> Folded:
     """:func:`fold` over a live session, through its :class:`ChangeIndex`."""
     index: ChangeIndex = session.attach_index(ChangeIndex, ChangeIndex)
     seed = seed_length(session.header)
     return fold([e for e in index.changes if e.seq >= seed] if seed else index.changes)
 
 
-def seed_length(header: Mapping[str, Any]) -> int:
+def seed_length(header: Mapping[str, object]) -> int:
     value = header.get("seedLength")
     return value if type(value) is int and value >= 0 else 0
 
@@ -328,7 +329,7 @@ def decide(state: Folded, now: int) -> Decision:
     return Wait(min(future) if future else None)
 
 
-def dispatch_payloads(decision: OneShot | Batch) -> list[dict[str, Any]]:
+def dispatch_payloads(decision: OneShot | Batch) -> list[JsonObject]:
     """The ``schedule/change`` dispatch events that record a delivery."""
     if isinstance(decision, OneShot):
         return [{"version": VERSION, "operation": "dispatch", "id": decision.record.id}]

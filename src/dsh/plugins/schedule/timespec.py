@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import zoneinfo
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
 from dsh.plugins.time_context import _load_zone
 
@@ -49,7 +50,7 @@ class ScheduleInputError(ValueError):
         self.message = message
 
 
-def is_safe_integer(value: Any) -> bool:
+def is_safe_integer(value: object) -> bool:
     """JavaScript's ``Number.isSafeInteger`` for a decoded JSON value (``true`` is not one)."""
     if type(value) is int:
         return abs(value) <= MAX_SAFE_INTEGER
@@ -70,7 +71,7 @@ def format_instant(ms: int) -> str:
     )
 
 
-def parse_canonical(text: Any) -> int | None:
+def parse_canonical(text: object) -> int | None:
     """The epoch ms of a canonical instant string, ``None`` for anything else."""
     if type(text) is not str or not _UTC_INSTANT.fullmatch(text):
         return None
@@ -139,7 +140,7 @@ def parse_offset_at(value: str) -> int:
     return epoch - direction * (hours * 60 + minutes) * 60_000
 
 
-def load_zone(value: Any) -> zoneinfo.ZoneInfo:
+def load_zone(value: object) -> zoneinfo.ZoneInfo:
     """``UTC`` or an IANA Area/Location name (``Europe/Berlin``), else ``invalid_time_zone``."""
     message = "time_zone must be UTC or a valid IANA Area/Location name."
     if type(value) is not str:
@@ -174,7 +175,7 @@ def resolve_local(local: datetime, zone: zoneinfo.ZoneInfo) -> int:
     return min(candidates)
 
 
-def parse_local_at(value: dict[str, Any]) -> int:
+def parse_local_at(value: Mapping[str, object]) -> int:
     """``{date: YYYY-MM-DD, time: HH:mm:ss[.fff], time_zone}`` to epoch ms."""
     if set(value) != {"date", "time", "time_zone"}:
         raise ScheduleInputError("invalid_rule", "Local at must contain exactly date, time, and time_zone.")
@@ -195,7 +196,7 @@ def parse_local_at(value: dict[str, Any]) -> int:
     return resolve_local(local, zone)
 
 
-def parse_at(value: Any) -> int:
+def parse_at(value: object) -> int:
     """Either form of ``at`` to epoch ms (not yet checked against now)."""
     if type(value) is str:
         return parse_offset_at(value)

@@ -65,7 +65,7 @@ class ApprovalRequest:
     agent: Any
     tool_name: str
     reason: str
-    arguments: Any = None
+    arguments: object = None
     call_id: str | None = None
     signal: AbortSignal | None = None
 
@@ -225,7 +225,7 @@ class ApprovalService:
     def sentence(self) -> str:
         return NEVER_SENTENCE if self.policy == "never" else ASK_SENTENCE
 
-    def on_pre_step(self, agent: Any, *_args: Any) -> None:
+    def on_pre_step(self, agent: Any, *_args: object) -> None:
         """Tell the model the effective policy once (and again only when it changed)."""
         session = getattr(agent, "session", None)
         if session is None:
