@@ -995,7 +995,7 @@ async def test_compact_now_while_running_falls_back_to_a_one_shot_turn(
     result = await rig.compactor.compact_now(rig.agent)
     assert result is not None and result.turn == 3
     assert rig.turn_events(3)[0].data["trigger"] == {"kind": "injection", "source": SOURCE}
-    assert rig.compactor._requests == {}
+    assert len(rig.compactor._requests) == 0
 
 
 async def test_auto_false_only_compacts_on_request(
@@ -1189,7 +1189,7 @@ async def test_a_waiting_compact_now_can_be_abandoned(clock: Clock, rigs: list[R
         await aborted
     with pytest.raises(asyncio.CancelledError):
         await cancelled
-    assert rig.compactor._requests == {}
+    assert len(rig.compactor._requests) == 0
     await rig.agent.when_idle()
     assert rig.events("compact/start") == []
 

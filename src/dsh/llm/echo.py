@@ -29,12 +29,12 @@ built-in ``dsh chat`` composition (no ``--config``) uses ``userText``.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
+from dsh._js import json_stringify, utf16_length
 from dsh.llm.service import LLM
 from dsh.llm.types import AbortSignalLike, LlmRequest, StreamChunk, ToolCallBlock
 
@@ -64,16 +64,6 @@ class Config(msgspec.Struct, rename="camel", omit_defaults=True):
     delay_ms: Annotated[float, msgspec.Meta(ge=0)] = 2
     models: list[str] = msgspec.field(default_factory=lambda: ["mock-echo"])
     answer: Answer = "lastUserBlock"
-
-
-def _js_json(value: object) -> str:
-    """``JSON.stringify`` for plain JSON values (compact, raw non-ASCII)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _utf16_len(text: str) -> int:
-    """JavaScript's ``string.length``: UTF-16 code units."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -156,7 +146,7 @@ class MockEchoAdapter:
             return
 
         if user_text.startswith("echo ") and not tool_result:
-            args = _js_json({"text": user_text[5:]})
+            args = json_stringify({"text": user_text[5:]})
             yield {"type": "block-start", "index": 0, "blockType": "text"}
             for char in ECHO_PREAMBLE:
                 yield {"type": "text-delta", "index": 0, "text": char}
@@ -200,7 +190,7 @@ class MockEchoAdapter:
                 yield {"type": "finish", "reason": {"kind": "aborted"}}
                 return
         yield {"type": "block-end", "index": 0, "block": {"type": "text", "text": reply}}
-        yield {"type": "usage", "usage": {"inputTokens": 20, "outputTokens": _utf16_len(reply)}}
+        yield {"type": "usage", "usage": {"inputTokens": 20, "outputTokens": utf16_length(reply)}}
         yield {"type": "finish", "reason": {"kind": "stop"}}
 
 

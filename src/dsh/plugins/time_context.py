@@ -3,7 +3,7 @@
 Opt-in. Load it with no config (``ctx.plugin(time_context)`` or a ``time-context`` entry in the
 plugin list) and every step the model takes is preceded by a reading of the wall clock that stays
 in the conversation. It needs only the ``agents`` service: no system-prompt service, no
-persistence, no timer, and no process-local cache. It provides ``ctx.time_context`` (the
+persistence, no timer, and no process-local cache. It provides the ``TIME_CONTEXT`` service (the
 resolved zone and ``format_timestamp``) so that other plugins can render times as the model is
 told them.
 
@@ -95,30 +95,25 @@ appended after it.
 from __future__ import annotations
 
 import json
-import math
 import os
 import zoneinfo
+from collections.abc import Mapping
 from datetime import datetime
-from decimal import Decimal
 from functools import cache
-from typing import Any, Final
-
-import msgspec
+from typing import Final
 
 from dsh import _clock, _zones
+from dsh._js import is_safe_integer, js_string
 from dsh.agent.agent import AGENTS, Agent
 from dsh.agent.hooks import AGENT_CREATED, PRE_STEP, PreStep
 from dsh.runtime import AbortSignal, Context, ServiceKey
-from dsh.session import Event
+from dsh.runtime.config import CheckedConfig
+from dsh.session import SURFACE_TYPES, Event, Session
 
 name = "time-context"
 inject = ["agents"]
 
 SOURCE: Final = {"kind": "plugin", "plugin": "time-context"}
-MAX_SAFE_INTEGER: Final = 2**53 - 1
-MESSAGE_TYPES: Final = frozenset(
-    {"user/message", "assistant/message", "tool/result", "context/message", "steering/message"}
-)
 UTC_ALIASES: Final = frozenset(
     {
         "UTC",
@@ -140,11 +135,21 @@ UTC_ALIASES: Final = frozenset(
 
 
 class Config(
-    msgspec.Struct, rename={"time_zone": "timeZone", "refresh_interval_ms": "refreshIntervalMs"}
+    CheckedConfig, rename={"time_zone": "timeZone", "refresh_interval_ms": "refreshIntervalMs"}
 ):
     time_zone: str | None = None
-    # Checked by apply, not the schema, so every bad value gets the plugin's own message.
-    refresh_interval_ms: Any = None
+    refresh_interval_ms: int = 0
+
+    @classmethod
+    def check_raw(cls, raw: Mapping[str, object]) -> Mapping[str, object]:
+        # Checked here, before msgspec's type check, so every bad value gets the plugin's own
+        # message (a TypeError, as the reference throws).
+        if "refreshIntervalMs" not in raw:
+            return raw
+        return {**raw, "refreshIntervalMs": validate_interval(raw["refreshIntervalMs"])}
+
+    def __post_init__(self) -> None:
+        self.refresh_interval_ms = validate_interval(self.refresh_interval_ms)
 
 
 # -- formatting ------------------------------------------------------------------------------
@@ -221,7 +226,7 @@ class ReadingIndex:
 
     def observe(self, event: Event) -> None:
         kind = event.type
-        if kind in MESSAGE_TYPES:
+        if kind in SURFACE_TYPES:  # the model-visible message types
             self.last_message_time = event.time
             if kind == "context/message" and is_reading(event):
                 self.last_reading_time = event.time
@@ -240,7 +245,7 @@ class ReadingIndex:
         return None
 
 
-def reading_index(session: Any) -> ReadingIndex:
+def reading_index(session: Session) -> ReadingIndex:
     index: ReadingIndex = session.attach_index(ReadingIndex, ReadingIndex)
     return index
 
@@ -248,65 +253,13 @@ def reading_index(session: Any) -> ReadingIndex:
 # -- validation ------------------------------------------------------------------------------
 
 
-def _js_number(value: float) -> str:
-    """``Number.prototype.toString()``: shortest round-trip digits, ECMAScript layout."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    if value == 0:
-        return "0"
-    if value < 0:
-        return "-" + _js_number(-value)
-    # repr() yields the shortest round-trip digits; only their layout differs from JS.
-    _, digit_tuple, exponent = Decimal(repr(value)).normalize().as_tuple()
-    digits = "".join(map(str, digit_tuple))
-    k, n = len(digits), int(exponent) + len(digits)
-    if k <= n <= 21:
-        return digits + "0" * (n - k)
-    if 0 < n <= 21:
-        return f"{digits[:n]}.{digits[n:]}"
-    if -6 < n <= 0:
-        return f"0.{'0' * -n}{digits}"
-    e = n - 1
-    mantissa = digits if k == 1 else f"{digits[0]}.{digits[1:]}"
-    return f"{mantissa}e{'+' if e > 0 else '-'}{abs(e)}"
-
-
-def _js_string(value: Any, _seen: frozenset[int] = frozenset()) -> str:
-    """``String(value)`` as JavaScript renders it in the reference's message."""
-    if value is True or value is False:
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, int):
-        try:
-            return _js_number(float(value)) if abs(value) >= 10**21 else str(value)
-        except OverflowError:
-            return "Infinity" if value > 0 else "-Infinity"
-    if isinstance(value, float):
-        return _js_number(value)
-    if isinstance(value, (list, tuple)):
-        # Array.prototype.join(","): null items are empty, a cycle renders as empty.
-        if id(value) in _seen:
-            return ""
-        seen = _seen | {id(value)}
-        return ",".join("" if item is None else _js_string(item, seen) for item in value)
-    if isinstance(value, dict):
-        return "[object Object]"
-    return str(value)
-
-
-def validate_interval(value: Any) -> int:
+def validate_interval(value: object) -> int:
     """``refreshIntervalMs``: omitted -> 0; else a non-negative JS safe integer."""
     if value is None:
         return 0
-    ok = (
-        type(value) is int or (type(value) is float and math.isfinite(value) and value.is_integer())
-    ) and 0 <= value <= MAX_SAFE_INTEGER
-    if not ok:
+    if not (is_safe_integer(value) and value >= 0):
         raise TypeError(
-            f"time-context: refreshIntervalMs must be a non-negative safe integer, got {_js_string(value)}"
+            f"time-context: refreshIntervalMs must be a non-negative safe integer, got {js_string(value)}"
         )
     return int(value)
 
@@ -360,8 +313,8 @@ def resolve_zone(explicit: str | None) -> tuple[zoneinfo.ZoneInfo, str]:
 
 
 class TimeContext:
-    """The resolved settings, provided as ``ctx.time_context`` so other plugins (compaction)
-    can render times the way the model is told them."""
+    """The resolved settings, provided as ``TIME_CONTEXT`` so other plugins (compaction) can
+    render times the way the model is told them."""
 
     def __init__(self, zone: zoneinfo.ZoneInfo, zone_name: str, refresh_interval_ms: int) -> None:
         self.zone = zone
@@ -394,9 +347,8 @@ class TimeContext:
 
 
 def apply(ctx: Context, config: Config) -> None:
-    interval = validate_interval(config.refresh_interval_ms)
     zone, zone_name = resolve_zone(config.time_zone)
-    plugin = TimeContext(zone, zone_name, interval)
+    plugin = TimeContext(zone, zone_name, config.refresh_interval_ms)
     # prepend: the reading is appended before compaction (an ordinary pre-step listener)
     # measures the history, whatever order the two plugins were mounted in.
     ctx.on(PRE_STEP, plugin.pre_step, prepend=True)

@@ -8,6 +8,11 @@ reference, whose schemas ignore extra keys: a silently ignored typo such as ``pe
 is worse than a refusal), and failures are re-worded from msgspec's
 ``Expected `int`, got `str` - at `$.x``` into the reference's path-first style
 ``$.x: expected int, got str``.
+
+A plugin that words its own errors (the reference's ``BasicCompactConfig: … must be …``) keeps
+typed fields and subclasses :class:`CheckedConfig`: its ``check_raw`` sees the raw mapping once
+no key is unknown or missing, raises with the plugin's message, and returns values of the field
+types for msgspec to convert.
 """
 
 from __future__ import annotations
@@ -16,11 +21,18 @@ import difflib
 import re
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
-__all__ = ["ConfigError", "UnknownKeyError", "format_validation_error", "validate_config"]
+__all__ = [
+    "CheckedConfig",
+    "ConfigError",
+    "UnknownKeyError",
+    "format_validation_error",
+    "validate_config",
+]
 
 
 class ConfigError(ValueError):
@@ -42,6 +54,20 @@ class UnknownKeyError(ConfigError):
     def in_plugin(self, plugin: str) -> str:
         """``unknown key "timezone" in plugin "clock" (did you mean "timeZone"?)``."""
         return f'unknown key "{self.key}" in plugin "{plugin}"{self.hint}'
+
+
+class CheckedConfig(msgspec.Struct):
+    """A config struct whose plugin checks raw values itself, in its own words.
+
+    :func:`validate_config` calls :meth:`check_raw` with the raw mapping after the unknown-key
+    and missing-key checks; a ``ValueError`` it raises becomes a :class:`ConfigError` with the
+    message verbatim (any other exception propagates as is), and what it returns is converted
+    to the struct, so it must hold values of the field types (``1300.0`` made ``1300``, say).
+    """
+
+    @classmethod
+    def check_raw(cls, raw: Mapping[str, object]) -> Mapping[str, object]:
+        return raw
 
 
 def _closest(key: str, valid: list[str]) -> str | None:
@@ -139,7 +165,22 @@ def validate_config(schema: type[Any] | None, config: object) -> Any:
     if isinstance(schema, type) and isinstance(raw, schema):
         return raw
     check_unknown_keys(schema, raw)
+    if isinstance(schema, type) and issubclass(schema, CheckedConfig) and isinstance(raw, dict):
+        raw = _checked(schema, raw)
     try:
         return msgspec.convert(raw, schema)
     except msgspec.ValidationError as exc:
         raise ConfigError(format_validation_error(str(exc))) from None
+
+
+def _checked(schema: type[CheckedConfig], raw: dict[str, object]) -> Mapping[str, object]:
+    # A missing key is reported first, in msgspec's wording, as for any other schema.
+    for field in msgspec.structs.fields(schema):
+        if field.required and field.encode_name not in raw:
+            raise ConfigError(f"{_join_path('$', field.encode_name)}: missing required value")
+    try:
+        return schema.check_raw(raw)
+    except ConfigError:
+        raise
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None

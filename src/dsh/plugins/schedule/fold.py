@@ -15,12 +15,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
+from dsh._js import is_safe_integer
 from dsh.plugins.schedule.timespec import (
     MAX_MS,
     MIN_EVERY_SECONDS,
     MIN_MS,
     format_instant,
-    is_safe_integer,
     parse_canonical,
 )
 from dsh.session import Event, Session

@@ -22,7 +22,6 @@ MIN_MS: Final = -62_135_596_800_000
 """``0001-01-01T00:00:00.000Z``."""
 MAX_MS: Final = 253_402_300_799_999
 """``9999-12-31T23:59:59.999Z``."""
-MAX_SAFE_INTEGER: Final = 2**53 - 1
 MIN_EVERY_SECONDS: Final = 300
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -48,15 +47,6 @@ class ScheduleInputError(ValueError):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-def is_safe_integer(value: object) -> bool:
-    """JavaScript's ``Number.isSafeInteger`` for a decoded JSON value (``true`` is not one)."""
-    if type(value) is int:
-        return abs(value) <= MAX_SAFE_INTEGER
-    if type(value) is float:
-        return value.is_integer() and abs(value) <= MAX_SAFE_INTEGER
-    return False
 
 
 # -- canonical instants ----------------------------------------------------------------------

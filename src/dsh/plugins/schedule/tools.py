@@ -10,11 +10,11 @@ one ``schedule/change`` and flushes again before answering.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from dsh import _clock
+from dsh._js import is_safe_integer, json_stringify
 from dsh.agent.sessions import SESSIONS
 from dsh.plugins.schedule.fold import (
     EVENT_TYPE,
@@ -30,7 +30,6 @@ from dsh.plugins.schedule.timespec import (
     OUT_OF_RANGE,
     ScheduleInputError,
     future_instant,
-    is_safe_integer,
     parse_at,
 )
 from dsh.session.vocab import JsonObject
@@ -105,7 +104,7 @@ def _uncertain(operation: str, schedule_id: str | None = None) -> JsonObject:
 
 
 def _text(value: object) -> list[ContentBlock]:
-    return [{"type": "text", "text": json.dumps(value, ensure_ascii=False, separators=(",", ":"))}]
+    return [{"type": "text", "text": json_stringify(value)}]
 
 
 def build_record(schedule_id: str, args: object, now: int) -> Record:
