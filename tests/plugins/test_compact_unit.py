@@ -201,6 +201,31 @@ def test_config_requires_the_reference_keys() -> None:
         validate_config(Config, config)
 
 
+def test_config_reports_a_missing_key_before_a_bad_value() -> None:
+    config = {**BASE, "contextWindow": "big"}
+    del config["maxTokens"]
+    with pytest.raises(ConfigError, match=r"^\$\.maxTokens: missing required value$"):
+        validate_config(Config, config)
+
+
+def test_config_shows_arrays_and_objects_as_json() -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_config(Config, {**BASE, "maxTokens": [1, "a"]})
+    assert str(info.value) == 'BasicCompactConfig: maxTokens ([1,"a"]) must be a positive integer'
+
+
+def test_config_built_in_code_follows_the_same_rules() -> None:
+    with pytest.raises(ValueError, match=r"^BasicCompactConfig: contextWindow \(0\) must be"):
+        Config(
+            context_window=0,
+            threshold_ratio=0.5,
+            retain_tokens=0,
+            summarization_model="",
+            max_tokens=1,
+            compaction_retries=0,
+        )
+
+
 async def test_plugin_load_fails_on_a_bad_config() -> None:
     ctx = Context()
     with pytest.raises(ConfigError, match="retainTokens"):
