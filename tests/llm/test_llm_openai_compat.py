@@ -504,6 +504,18 @@ async def test_malformed_json(sse_server: SSEServer, adapter: OpenAICompatAdapte
     assert [c["type"] for c in got] == ["block-start", "text-delta"]
 
 
+async def test_tool_calls_that_are_not_a_list(
+    sse_server: SSEServer, adapter: OpenAICompatAdapter
+) -> None:
+    bad = chunk(content="a")
+    bad["choices"][0]["delta"] = {"tool_calls": {"index": 0, "id": "call-1"}}
+    sse_server.push(Reply.sse([chunk(content="a"), bad, chunk(finish="stop")]))
+    err, got = await fail(adapter, request())
+    assert err.code == "MALFORMED_RESPONSE"
+    assert str(err).endswith(": malformed chunk: tool_calls is not a list")
+    assert [c["type"] for c in got] == ["block-start", "text-delta"]
+
+
 async def test_connection_dropped_mid_stream(
     sse_server: SSEServer, adapter: OpenAICompatAdapter
 ) -> None:

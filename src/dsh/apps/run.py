@@ -21,10 +21,10 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dsh.apps import pipes
+from dsh.apps.chat import load_app
 from dsh.errors import UsageError
 from dsh.runtime import Context
 from dsh.session import Event, Session, encode_event
@@ -69,11 +69,8 @@ def summarise(events: list[Event]) -> dict[str, Any]:
     return {"turn": turn, "model": model, "reason": reason, "text": text, "usage": usage}
 
 
-LoadApp = Callable[[Context, argparse.Namespace], Awaitable[Any]]
-
-
-async def cmd_run(args: argparse.Namespace, load_app: LoadApp) -> int:
-    """``dsh run``; ``load_app`` loads ``dsh chat``'s composition (the CLI's)."""
+async def cmd_run(args: argparse.Namespace) -> int:
+    """``dsh run``: ``dsh chat``'s composition (:func:`dsh.apps.chat.load_app`), one turn."""
     prompt = read_prompt(args)
     fmt: str = args.output_format
     out = sys.stdout

@@ -6,7 +6,9 @@
 - :mod:`dsh.llm.service`: the ``llm`` plugin providing ``LLM`` (:class:`LlmService`);
 - :mod:`dsh.llm.echo`: the keyless ``mock-echo`` model (plugin ``echo-llm``);
 - :mod:`dsh.llm.openai_compat`: DeepSeek / OpenAI-compatible endpoints (plugin ``openai-llm``),
-  not imported here so that importing :mod:`dsh.llm` stays cheap.
+  with its config, request, stream and error mappings in ``openai_config``, ``openai_request``,
+  ``openai_stream`` and ``openai_errors`` (README.md); not imported here so that importing
+  :mod:`dsh.llm` stays cheap.
 """
 
 from dsh.llm.assembler import ChunkAssembler
