@@ -9,20 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_support import (
-    MODEL,
-    MemoryStore,
-    MemoryStorePlugin,
-    Rig,
-    idle,
-    make_rig,
-    of_type,
-    outline,
-    text,
-    turn_ends,
-)
+from agent_support import MemoryStore, MemoryStorePlugin, idle, of_type, outline, text, turn_ends
+from tests.support.rig import MODEL, Rig, make_rig
 
-from dsh.persistence import jsonl
 from dsh.persistence.base import SessionNotFound
 from dsh.session import INTERRUPTED_TOOL_TEXT
 from dsh.testing import Reply
@@ -30,31 +19,29 @@ from dsh.tools import define_tool
 
 
 @pytest.fixture(params=["memory", "jsonl"])
-def store_plugin(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Any, Any]:
-    """A store plugin and its config: the in-test memory store, and the real JSONL store."""
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> MemoryStore | str:
+    """A durable store: the in-test memory store, and the real JSONL store (a root folder)."""
     if request.param == "memory":
-        return MemoryStorePlugin(MemoryStore()), None
-    return jsonl, {"root": str(tmp_path / "sessions")}
+        return MemoryStore()
+    return str(tmp_path / "sessions")
 
 
 class Processes:
     """Fresh contexts ("processes") on the same durable store."""
 
-    def __init__(self, plugin: Any, config: Any) -> None:
-        self.plugin = plugin
-        self.config = config
+    def __init__(self, store: MemoryStore | str) -> None:
+        self.store = store
         self.made: list[Rig] = []
 
     async def spawn(self, *replies: Any) -> Rig:
-        rig = await make_rig(*replies)
-        await rig.ctx.plugin(self.plugin, self.config)
+        rig = await make_rig(*replies, store=self.store)
         self.made.append(rig)
         return rig
 
 
 @pytest.fixture
-async def rigs(store_plugin: tuple[Any, Any]) -> AsyncIterator[Processes]:
-    processes = Processes(*store_plugin)
+async def rigs(store: MemoryStore | str) -> AsyncIterator[Processes]:
+    processes = Processes(store)
     try:
         yield processes
     finally:
@@ -85,7 +72,7 @@ async def test_resume_continues_numbering_and_logs_a_resume_header(rigs: Process
     assert [h.data["reason"] for h in headers] == ["initial", "resume"]
     assert headers[0].data["header"] == headers[1].data["header"]
     assert events[headers[1].seq - 1].data == {"turn": 3, "step": 1}
-    assert second.adapter.requests[0].messages == [*history, {"role": "user", "content": text("c")}]
+    assert second.model.requests[0].messages == [*history, {"role": "user", "content": text("c")}]
     await resumed.dispose()
 
     # Everything, including the resumed turn, reached the store.
@@ -119,7 +106,7 @@ async def test_resume_repairs_a_crashed_turn_and_goes_on(rigs: Processes) -> Non
 
     async def hang(args: Any, call: Any) -> list[dict[str, Any]]:
         started.set()
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # a tool that hangs (scripted) until the "crash" cancels it
         return text("never")
 
     first = await rigs.spawn(Reply(text="calling", tool_calls=[("call-1", "hang", {"x": 1})]))
@@ -149,7 +136,7 @@ async def test_resume_repairs_a_crashed_turn_and_goes_on(rigs: Processes) -> Non
     await idle(resumed)
     assert of_type(resumed.session, "turn/start")[-1].data["turn"] == 2
     assert turn_ends(resumed.session)[-1] == {"kind": "completed"}
-    request = second.adapter.requests[0]
+    request = second.model.requests[0]
     assert request.messages[-2] == {
         "role": "user",
         "content": [

@@ -20,9 +20,9 @@ import pytest
 from dsh import _clock
 from dsh.persistence import postgres
 from dsh.plugins.schedule.fold import Record
-from dsh.runtime import Context
-from dsh.testing import mount_agent_loop
+from dsh.runtime.loader import PluginEntry
 from tests.apps.conftest import dsh_env
+from tests.support.rig import make_rig
 
 pytestmark = pytest.mark.slow
 
@@ -47,9 +47,8 @@ def schema() -> Iterator[str]:
 
 async def _seed(schema: str, count: int) -> list[str]:
     """``count`` sessions, each with one reminder that fell due a second ago."""
-    ctx = Context()
-    await mount_agent_loop(ctx)
-    await ctx.plugin(postgres, {"dsn": PG_DSN, "schema": schema})
+    rig = await make_rig(models=(), store=PluginEntry("store", "postgres-sessions", {"dsn": PG_DSN, "schema": schema}))
+    ctx = rig.ctx
     ids = []
     try:
         due = _clock.now_ms() - 1000

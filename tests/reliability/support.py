@@ -31,12 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 REPO = Path(__file__).resolve().parents[2]
 INTERRUPTED_TEXT = "Tool call interrupted by a crash; no result was recorded."
@@ -805,11 +804,7 @@ def user_lines(snap: Snapshot) -> list[str]:
 # -- a deterministic base log for the corruption tests ------------------------------------------
 
 
-@contextmanager
-def frozen_clock(start: int = 1_767_225_600_000, step: int = 7) -> Iterator[None]:
-    counter = iter(range(start, start + 10**9, step))
-    with mock.patch("dsh._clock.now_ms", lambda: next(counter)):
-        yield
+BASE_LOG_TIME = 1_767_225_600_000  # 2026-01-01T00:00:00Z, every event of the base log
 
 
 def build_base_log(
@@ -818,10 +813,10 @@ def build_base_log(
     """A real agent-loop log (JSONL bytes): three turns, the second with two echo calls, the
     third with one, on a frozen clock. With ``open_turn`` the log ends inside a fourth turn, after
     a logged tool call (the state a crash repair must close with an interrupted tool result)."""
-    from dsh.persistence import jsonl
-    from dsh.runtime import Context
-    from dsh.testing import Reply, ScriptedAdapter, mount_agent_loop
+    from dsh.testing import Reply
     from dsh.tools import echo
+    from tests.support.clock import frozen_clock
+    from tests.support.rig import make_rig
 
     replies = [
         Reply(text="Plain ré\u00e9ply \U0001f600 \\ \"q\"", deltas=4),
@@ -837,18 +832,13 @@ def build_base_log(
         lines = ("first", "second")
 
     async def go() -> bytes:
-        ctx = Context()
-        await mount_agent_loop(ctx)
-        await ctx.plugin(echo)
-        await ctx.plugin(jsonl, {"root": str(root)})
-        ScriptedAdapter(replies).register(ctx, "scripted")
-        agent = ctx.agent_loop.create("main", model="scripted", cwd="/home/dev/project", session_id=session_id)
+        rig = await make_rig(
+            *replies, store=str(root), plugins=[echo], agent_id="main", cwd="/home/dev/project", session_id=session_id
+        )
         for text in lines:
-            agent.send([{"type": "text", "text": text}])
-            await asyncio.sleep(0)
-            await agent.when_idle()
-        path = Path(ctx.session_store.locate(agent.session.header))
-        await ctx.dispose()
+            await rig.say(text)
+        path = Path(rig.store.locate(rig.session.header))
+        await rig.dispose()
         data = path.read_bytes()
         if open_turn:
             turn, step, seq = len(lines) + 1, 1, data.count(b"\n") - 1
@@ -865,7 +855,7 @@ def build_base_log(
             )
         return data
 
-    with frozen_clock():
+    with frozen_clock(BASE_LOG_TIME):
         return asyncio.run(go())
 
 
