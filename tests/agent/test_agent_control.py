@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from agent_support import idle, of_type, outline, text, turn_ends
 from tests.support.rig import make_rig
-from tests.support.wait import wait_until
+from tests.support.wait import stays, wait_until
 
 from dsh.agent import AgentDisposedError
 from dsh.runtime import AbortSignal
@@ -198,8 +198,7 @@ async def test_cancel_before_the_driver_wakes_with_nothing_else_runs_no_turn() -
         agent.send(text("dropped"))
         agent.cancel()
         await idle(agent)
-        await asyncio.sleep(0.01)  # deliberate: nothing may start during this gap either
-        assert len(agent.session.events) == 0
+        await stays(lambda: len(agent.session.events) == 0, 0.01, what="no turn")
         assert agent.status == "idle"
     finally:
         await rig.ctx.dispose()

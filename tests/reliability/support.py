@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.wait import wait_until_sync as wait_for  # also what the reliability tests use
+
 REPO = Path(__file__).resolve().parents[2]
 INTERRUPTED_TEXT = "Tool call interrupted by a crash; no result was recorded."
 KEY_ORDER = ("type", "seq", "time", "data", "sourceEventSeqs", "surfaceOp")
@@ -68,14 +70,6 @@ def run_dsh(
         env=dsh_env(**env),
         timeout=timeout,
     )
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.005) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(poll)
 
 
 class Chat:
@@ -197,7 +191,7 @@ class SlowAdapter:
             session = sessions.get(session_id) if sessions is not None else None
             if session is not None:
                 await sessions.flush(session)
-        await asyncio.sleep(self.delay * (25 if slow else 1))
+        await asyncio.sleep(self.delay * (25 if slow else 1))  # a slow stream (scripted)
 
     async def stream(self, request):
         messages = list(request.messages)
@@ -656,7 +650,7 @@ def crash_trial(base: Path, store: str, seed: int, *, resume: str | None = None)
             if now - started > 60:
                 trial.failures.append("dsh never became ready")
                 return trial
-            time.sleep(0.003)
+            time.sleep(0.003)  # deliberate: polls output and clock, so the kill lands at kill_after
         os.kill(proc.pid, signal.SIGSTOP)
         wait_for(lambda: _threads_stopped(proc.pid), 10, "the stopped process")
         before = snapshot(workdir, store)

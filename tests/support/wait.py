@@ -20,27 +20,38 @@ _FIRST_POLL = 0.001
 _MAX_POLL = 0.05
 
 
-async def wait_until(predicate: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll ``predicate`` on the event loop until it is true (``AssertionError`` after ``timeout`` s)."""
+async def wait_until(
+    predicate: Callable[[], object], timeout: float = 5.0, what: str = "condition", *, check: bool = True
+) -> bool:
+    """Poll ``predicate`` on the event loop until it is true (``AssertionError`` after ``timeout``
+    seconds; with ``check=False`` a timeout returns ``False``, for the caller's own diagnostics)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     poll = _FIRST_POLL
     while not predicate():
         if loop.time() > deadline:
+            if not check:
+                return False
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         await asyncio.sleep(poll)
         poll = min(poll * 2, _MAX_POLL)
+    return True
 
 
-def wait_until_sync(predicate: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> None:
+def wait_until_sync(
+    predicate: Callable[[], object], timeout: float = 30.0, what: str = "condition", *, check: bool = True
+) -> bool:
     """:func:`wait_until` for code outside an event loop (other processes, files, threads)."""
     deadline = time.monotonic() + timeout
     poll = _FIRST_POLL
     while not predicate():
         if time.monotonic() > deadline:
+            if not check:
+                return False
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(poll)
         poll = min(poll * 2, _MAX_POLL)
+    return True
 
 
 async def retry(
