@@ -19,8 +19,6 @@ from dsh.persistence.base import (
     SessionStore,
     StoredSession,
 )
-from dsh.persistence.coordinator import mount_coordinator
-from dsh.runtime import Context
 from dsh.session import Event, Session, decode_event, encode_event, interrupted_turn_closers
 
 IDENTITY = "You are an AI agent powered by the DeepSeek Harness SDK."
@@ -131,15 +129,3 @@ class MemoryStore(SessionStore):
     async def release(self, session_id: str) -> None:
         self.open.discard(session_id)
 
-
-class MemoryStorePlugin:
-    """A store plugin over one :class:`MemoryStore`, with the real write coordinator."""
-
-    name = "memory-sessions"
-
-    def __init__(self, store: MemoryStore) -> None:
-        self.store = store
-
-    def apply(self, ctx: Context, config: object) -> None:
-        ctx.provide("session_store", self.store)
-        mount_coordinator(ctx, self.store, close_store=False)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from dsh.agent import Agent
-from dsh.compose import mount_spine
+from dsh.compose import mount_spine, store_entry
 from dsh.persistence.base import SessionStore
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry
@@ -145,7 +145,8 @@ async def make_rig(
     """
     ctx = Context()
     try:
-        await mount_spine(ctx, loop_config=loop_config, store=store)
+        entry = store_entry(store) if isinstance(store, (str, os.PathLike)) else store
+        await mount_spine(ctx, loop_config=loop_config, store=entry)
         model = ScriptedAdapter(replies, default=default)
         rig = rig_class(ctx, model, clock)
         rig.default_model = models[0] if models else None

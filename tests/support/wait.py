@@ -11,7 +11,7 @@ import asyncio
 import os
 import select
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import IO, TypeVar
 
 T = TypeVar("T")
@@ -20,38 +20,42 @@ _FIRST_POLL = 0.001
 _MAX_POLL = 0.05
 
 
+def _delays(timeout: float, now: Callable[[], float]) -> Iterator[float]:
+    """The pauses between polls (1 ms, doubling to 50 ms) until ``timeout`` seconds have passed."""
+    deadline = now() + timeout
+    poll = _FIRST_POLL
+    while now() <= deadline:
+        yield poll
+        poll = min(poll * 2, _MAX_POLL)
+
+
+def _timed_out(timeout: float, what: str, check: bool) -> bool:
+    if check:
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+    return False
+
+
 async def wait_until(
     predicate: Callable[[], object], timeout: float = 5.0, what: str = "condition", *, check: bool = True
 ) -> bool:
     """Poll ``predicate`` on the event loop until it is true (``AssertionError`` after ``timeout``
     seconds; with ``check=False`` a timeout returns ``False``, for the caller's own diagnostics)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    poll = _FIRST_POLL
-    while not predicate():
-        if loop.time() > deadline:
-            if not check:
-                return False
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        await asyncio.sleep(poll)
-        poll = min(poll * 2, _MAX_POLL)
-    return True
+    for delay in _delays(timeout, asyncio.get_running_loop().time):
+        if predicate():
+            return True
+        await asyncio.sleep(delay)
+    return bool(predicate()) or _timed_out(timeout, what, check)
 
 
 def wait_until_sync(
     predicate: Callable[[], object], timeout: float = 30.0, what: str = "condition", *, check: bool = True
 ) -> bool:
     """:func:`wait_until` for code outside an event loop (other processes, files, threads)."""
-    deadline = time.monotonic() + timeout
-    poll = _FIRST_POLL
-    while not predicate():
-        if time.monotonic() > deadline:
-            if not check:
-                return False
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(poll)
-        poll = min(poll * 2, _MAX_POLL)
-    return True
+    for delay in _delays(timeout, time.monotonic):
+        if predicate():
+            return True
+        time.sleep(delay)
+    return bool(predicate()) or _timed_out(timeout, what, check)
 
 
 async def retry(
@@ -59,17 +63,13 @@ async def retry(
 ) -> T:
     """``await action()`` until it stops raising ``on`` (re-raised after ``timeout`` s), e.g. a lock
     a killed process held, released once the kernel or the server notices."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    poll = _FIRST_POLL
-    while True:
+    for delay in _delays(timeout, asyncio.get_running_loop().time):
         try:
             return await action()
         except on:
-            if loop.time() > deadline:
-                raise
-        await asyncio.sleep(poll)
-        poll = min(poll * 2, _MAX_POLL)
+            pass
+        await asyncio.sleep(delay)
+    return await action()
 
 
 def read_until(
