@@ -4,10 +4,16 @@ import atexit
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.support.clock import T0, Clock, frozen_clock
+
+if TYPE_CHECKING:
+    from tests.support.rig import Rigs
 
 # The agent loop's request/derive invariant check (a development check) is on in the test suite.
 os.environ["DSH_DEV_CHECKS"] = "1"
@@ -17,6 +23,33 @@ os.environ["DSH_DEV_CHECKS"] = "1"
 _HOME = tempfile.mkdtemp(prefix="dsh-test-home-")
 os.environ["DSH_HOME"] = _HOME
 atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+
+
+@pytest.fixture
+def clock_start() -> int:
+    """Where the ``clock`` fixture starts, in epoch ms (a module overrides this fixture to move it)."""
+    return T0
+
+
+@pytest.fixture
+def clock(clock_start: int, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+    """The suite's one controllable wall clock: frozen at ``clock_start``, process zone UTC,
+    moved with ``clock.set(ms)`` / ``clock.advance(ms)`` (see ``tests/support/clock.py``)."""
+    monkeypatch.setenv("TZ", "UTC")
+    with frozen_clock(clock_start) as frozen:
+        yield frozen
+
+
+@pytest.fixture
+async def rigs() -> AsyncIterator["Rigs"]:
+    """``await rigs.make(...)`` builds a rig (``tests/support/rig.py``) disposed after the test."""
+    from tests.support.rig import Rigs  # the agent spine is imported only by tests that use it
+
+    made = Rigs()
+    try:
+        yield made
+    finally:
+        await made.dispose()
 
 
 @pytest.fixture(autouse=True)

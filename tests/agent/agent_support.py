@@ -1,11 +1,12 @@
-"""Shared helpers for the agent-loop tests: a mounted spine, log outlines, waiting, stores."""
+"""Shared helpers for the agent-loop tests: log outlines, waiting, an in-memory store.
+
+The rig (spine, scripted model) is the suite's one builder, :func:`tests.support.rig.make_rig`.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from dsh.agent import Agent
@@ -18,46 +19,14 @@ from dsh.persistence.base import (
     SessionStore,
     StoredSession,
 )
-from dsh.persistence.coordinator import mount_coordinator
-from dsh.runtime import Context
 from dsh.session import Event, Session, decode_event, encode_event, interrupted_turn_closers
-from dsh.testing import ScriptedAdapter, mount_agent_loop
 
-MODEL = "scripted"
 IDENTITY = "You are an AI agent powered by the DeepSeek Harness SDK."
 
 
 def text(value: str) -> list[dict[str, Any]]:
     """A one-block text content list."""
     return [{"type": "text", "text": value}]
-
-
-@dataclass
-class Rig:
-    """A context with the in-memory agent spine and a scripted model named ``scripted``."""
-
-    ctx: Context
-    adapter: ScriptedAdapter
-    bus: list[tuple[Any, ...]] = field(default_factory=list)
-
-    def agent(self, agent_id: str = "main", *, model: str | None = MODEL, cwd: str | None = "/work") -> Agent:
-        agent: Agent = self.ctx.agent_loop.create(agent_id, model=model, cwd=cwd)
-        return agent
-
-    def record(self, *events: str) -> None:
-        """Record ``(event, *args)`` for each named bus event into ``self.bus``."""
-        for name in events:
-            self.ctx.on(name, lambda *args, _n=name: self.bus.append((_n, *args)))
-
-
-async def make_rig(
-    *replies: Any, loop_config: dict[str, Any] | None = None, default: Any = None
-) -> Rig:
-    ctx = Context()
-    await mount_agent_loop(ctx, loop_config=loop_config)
-    adapter = ScriptedAdapter(replies, default=default)
-    adapter.register(ctx, MODEL)
-    return Rig(ctx, adapter)
 
 
 def outline(session: Session) -> list[str]:
@@ -87,15 +56,6 @@ def turn_ends(session: Session) -> list[dict[str, Any]]:
 
 def chunk_types(session: Session) -> list[str]:
     return [e.data["chunk"]["type"] for e in of_type(session, "assistant/chunk")]
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 2.0) -> None:
-    """Poll ``predicate`` on the event loop until it holds (fails the test after ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.001)
 
 
 async def idle(agent: Agent, timeout: float = 5.0) -> None:
@@ -169,15 +129,3 @@ class MemoryStore(SessionStore):
     async def release(self, session_id: str) -> None:
         self.open.discard(session_id)
 
-
-class MemoryStorePlugin:
-    """A store plugin over one :class:`MemoryStore`, with the real write coordinator."""
-
-    name = "memory-sessions"
-
-    def __init__(self, store: MemoryStore) -> None:
-        self.store = store
-
-    def apply(self, ctx: Context, config: object) -> None:
-        ctx.provide("session_store", self.store)
-        mount_coordinator(ctx, self.store, close_store=False)

@@ -7,7 +7,9 @@ import time
 from typing import Any
 
 import pytest
-from agent_support import idle, make_rig, of_type, outline, text, turn_ends, wait_until
+from agent_support import idle, of_type, outline, text, turn_ends
+from tests.support.rig import make_rig
+from tests.support.wait import stays, wait_until
 
 from dsh.agent import AgentDisposedError
 from dsh.runtime import AbortSignal
@@ -39,8 +41,8 @@ async def test_cancel_during_a_slow_stream_aborts_promptly_with_the_reason() -> 
             "turn/start", "user/message", "step/start", "request/header", "chunk*1", "step/end", "turn/end",
         ]
         assert turn_ends(agent.session) == [{"kind": "aborted", "reason": "stop typing"}]
-        assert rig.adapter.requests[0].signal is not None
-        assert rig.adapter.requests[0].signal.aborted
+        assert rig.model.requests[0].signal is not None
+        assert rig.model.requests[0].signal.aborted
         assert agent.status == "idle"
         # The agent takes the next prompt normally.
         agent.send(text("y"))
@@ -196,8 +198,7 @@ async def test_cancel_before_the_driver_wakes_with_nothing_else_runs_no_turn() -
         agent.send(text("dropped"))
         agent.cancel()
         await idle(agent)
-        await asyncio.sleep(0.01)
-        assert len(agent.session.events) == 0
+        await stays(lambda: len(agent.session.events) == 0, 0.01, what="no turn")
         assert agent.status == "idle"
     finally:
         await rig.ctx.dispose()
@@ -252,7 +253,7 @@ async def test_steering_during_a_step_is_appended_after_it_and_continues_the_tur
             "turn": 1, "content": text("also consider y"), "source": {"kind": "plugin", "plugin": "p"},
         }
         assert steering.surface_op == "append"
-        assert rig.adapter.requests[1].messages[-1] == {
+        assert rig.model.requests[1].messages[-1] == {
             "role": "user",
             "content": [
                 {"type": "text", "text": '<steering source="plugin">'},
@@ -341,13 +342,13 @@ async def test_inject_while_idle_is_a_one_shot_turn_and_is_flushed() -> None:
             {"turn": 1, "reason": {"kind": "completed"}},
         ]
         assert agent.status == "idle"
-        assert rig.adapter.requests == []
+        assert rig.model.requests == []
         await wait_until(lambda: flushed == [3])
         # Numbering continues after the injection turn, and the model sees the note.
         agent.send(text("x"))
         await idle(agent)
         assert of_type(agent.session, "turn/start")[1].data["turn"] == 2
-        assert rig.adapter.requests[0].messages == [
+        assert rig.model.requests[0].messages == [
             {"role": "user", "content": text("note")},
             {"role": "user", "content": text("x")},
         ]
@@ -524,7 +525,7 @@ async def test_flush_completes_before_the_agent_is_idle() -> None:
     done: list[str] = []
 
     async def slow_flush(session: Any) -> None:
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # a slow store (scripted): idle must wait for it
         done.append("flushed")
 
     rig.ctx.on("session/flush", slow_flush)

@@ -8,23 +8,13 @@ import os
 from typing import Any
 
 import pytest
-from agent_support import (
-    IDENTITY,
-    MODEL,
-    chunk_types,
-    idle,
-    make_rig,
-    of_type,
-    outline,
-    text,
-    turn_ends,
-)
+from agent_support import IDENTITY, chunk_types, idle, of_type, outline, text, turn_ends
 from tests.fixtures import FIXTURES
+from tests.support.rig import MODEL, make_rig
 
 from dsh.agent import loop as loop_module
 from dsh.llm import echo
-from dsh.runtime import Context
-from dsh.testing import Reply, ScriptedAdapter, mount_agent_loop
+from dsh.testing import Reply
 from dsh.tools import ToolError, ToolResult, define_tool
 from dsh.tools import echo as echo_tool_plugin
 
@@ -61,12 +51,9 @@ def _comparable(event: dict[str, Any]) -> dict[str, Any]:
 async def test_mock_echo_tool_call_matches_the_reference_log() -> None:
     lines = (FIXTURES / "stdio-tool-call.jsonl").read_text().splitlines()
     header, expected = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
-    ctx = Context()
-    await mount_agent_loop(ctx)
-    await ctx.plugin(echo, {"delayMs": 0})
-    await ctx.plugin(echo_tool_plugin)
+    rig = await make_rig(models=(), plugins=[(echo, {"delayMs": 0}), echo_tool_plugin])
     try:
-        agent = ctx.agent_loop.create("main", model="mock-echo", cwd=header["cwd"])
+        agent = rig.agent(model="mock-echo", cwd=header["cwd"])
         assert agent.session.id.startswith("main-session-")
         agent.send(text("echo hello world"))
         await idle(agent)
@@ -85,7 +72,7 @@ async def test_mock_echo_tool_call_matches_the_reference_log() -> None:
         assert logged[0].data["header"]["system"] == IDENTITY
         assert [t["name"] for t in logged[0].data["header"]["tools"]] == ["echo"]
     finally:
-        await ctx.dispose()
+        await rig.dispose()
 
 
 # -- one plain turn, exactly -------------------------------------------------------------------
@@ -124,7 +111,7 @@ async def test_plain_turn_exact_events_and_request() -> None:
         assert list(message.source_event_seqs or ()) == [4, 5, 6, 7, 8]
         assert data[10] == {"turn": 1, "step": 1}
         assert data[11] == {"turn": 1, "reason": {"kind": "completed"}}
-        request = rig.adapter.requests[0]
+        request = rig.model.requests[0]
         assert request.model == MODEL
         assert request.messages == [{"role": "user", "content": text("hi")}]
         assert request.system == IDENTITY
@@ -153,7 +140,7 @@ async def test_turns_number_from_the_log_and_history_accumulates() -> None:
             {"turn": 1, "trigger": {"kind": "message", "source": {"kind": "user"}}},
             {"turn": 2, "trigger": {"kind": "message", "source": {"kind": "plugin", "plugin": "cron"}}},
         ]
-        assert rig.adapter.requests[1].messages == [
+        assert rig.model.requests[1].messages == [
             {"role": "user", "content": text("a")},
             {"role": "assistant", "content": text("one")},
             {"role": "user", "content": text("b")},
@@ -173,7 +160,7 @@ async def test_messages_queued_together_run_as_one_turn() -> None:
         await idle(agent)
         assert outline(agent.session)[:3] == ["turn/start", "user/message", "user/message"]
         assert len(of_type(agent.session, "turn/start")) == 1
-        assert rig.adapter.requests[0].messages == [
+        assert rig.model.requests[0].messages == [
             {"role": "user", "content": text("a")},
             {"role": "user", "content": text("b")},
         ]
@@ -206,7 +193,7 @@ async def test_tool_calls_run_sequentially_and_the_turn_continues() -> None:
 
     async def slow(args: Any, call: Any) -> list[dict[str, Any]]:
         trace.append(f"start {call.call_id}")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a tool that takes its time (scripted): c2 must wait for it
         trace.append(f"end {call.call_id}")
         return text(f"slow:{args['n']}")
 
@@ -257,7 +244,7 @@ async def test_tool_calls_run_sequentially_and_the_turn_continues() -> None:
         header = of_type(session, "request/header")[0].data["header"]
         assert [t["name"] for t in header["tools"]] == ["fast", "slow"]
         assert header["tools"][0]["parameters"] == {"type": "object", "properties": {}}
-        second = rig.adapter.requests[1]
+        second = rig.model.requests[1]
         assert second.messages[-2:] == [
             {"role": "user", "content": [{"type": "tool-result", "toolCallId": "c1", "content": text("slow:1"), "isError": False}]},
             {"role": "user", "content": [{"type": "tool-result", "toolCallId": "c2", "content": text("fast"), "isError": False}]},
@@ -323,7 +310,7 @@ async def test_tool_errors_become_error_results() -> None:
         assert seen == []
         # The tool errors do not end the turn: the model sees them and answers.
         assert turn_ends(agent.session) == [{"kind": "completed"}]
-        last = rig.adapter.requests[1].messages[-4]
+        last = rig.model.requests[1].messages[-4]
         assert last["content"][0]["isError"] is True
     finally:
         await rig.ctx.dispose()
@@ -348,7 +335,7 @@ async def test_tool_meta_and_additional_contexts() -> None:
         assert of_type(agent.session, "context/message")[0].data == {
             "content": text("ctx"), "source": {"kind": "plugin", "plugin": "t"},
         }
-        assert rig.adapter.requests[1].messages[-1] == {
+        assert rig.model.requests[1].messages[-1] == {
             "role": "user",
             "content": [
                 {"type": "text", "text": '<context source="plugin">'},
@@ -418,8 +405,8 @@ async def test_request_waterfall_changes_config_and_header() -> None:
                 "reason": "change",
             },
         ]
-        assert rig.adapter.requests[1].temperature == 0.5
-        assert rig.adapter.requests[1].max_tokens == 100
+        assert rig.model.requests[1].temperature == 0.5
+        assert rig.model.requests[1].max_tokens == 100
     finally:
         await rig.ctx.dispose()
 
@@ -444,7 +431,7 @@ async def test_session_prefix_is_composed_once_and_sent_first() -> None:
         assert composed == 1
         header = of_type(agent.session, "request/header")[0].data["header"]
         assert header["messagePrefix"] == prefix
-        assert rig.adapter.requests[1].messages[0] == prefix[0]
+        assert rig.model.requests[1].messages[0] == prefix[0]
         # The prefix is never part of the log-derived history.
         assert agent.session.derive_messages()[0] == {"role": "user", "content": text("x")}
     finally:
@@ -483,8 +470,8 @@ async def test_pre_step_runs_serially_with_a_per_step_signal_before_step_start()
         second_start = [i for i, t in enumerate(types) if t == "step/start"][1]
         assert types[second_start - 1] == "context/message"
         # The reading is in the request of its own step (snapshot taken before step/start).
-        assert rig.adapter.requests[0].messages[-1]["content"][1] == text("reading 1")[0]
-        assert rig.adapter.requests[1].messages[-1]["content"][1] == text("reading 2")[0]
+        assert rig.model.requests[0].messages[-1]["content"][1] == text("reading 1")[0]
+        assert rig.model.requests[1].messages[-1]["content"][1] == text("reading 2")[0]
     finally:
         await rig.ctx.dispose()
 
@@ -505,7 +492,7 @@ async def test_invariant_check_catches_a_request_that_differs_from_the_log() -> 
         reason = turn_ends(agent.session)[1]
         assert reason["kind"] == "error" and reason["step"] == 1 and reason["code"] == "INVARIANT"
         assert "differs from the log-derived history" in reason["message"]
-        assert len(rig.adapter.requests) == 1
+        assert len(rig.model.requests) == 1
         assert isinstance(errors[0][3], loop_module.InvariantError)
     finally:
         await rig.ctx.dispose()
@@ -538,11 +525,11 @@ async def test_invariant_holds_across_replace_and_injections() -> None:
         agent.send(text("c"))
         await idle(agent)
         assert turn_ends(agent.session) == [{"kind": "completed"}] * 3
-        assert rig.adapter.requests[2].messages == [
+        assert rig.model.requests[2].messages == [
             {"role": "user", "content": text("summary")},
             {"role": "user", "content": text("b")},
         ]
-        assert rig.adapter.requests[3].messages[:2] == rig.adapter.requests[2].messages
+        assert rig.model.requests[3].messages[:2] == rig.model.requests[2].messages
     finally:
         await rig.ctx.dispose()
 
@@ -557,16 +544,13 @@ async def test_no_per_step_backward_scan_of_the_log(monkeypatch: pytest.MonkeyPa
         return original(session)
 
     monkeypatch.setattr(loop_module, "_latest_header", counting)
-    adapter = ScriptedAdapter(default=Reply(text="ok"))
-    ctx = Context()
-    await mount_agent_loop(ctx, loop_config={"devChecks": False})
-    adapter.register(ctx, MODEL)
+    rig = await make_rig(default=Reply(text="ok"), loop_config={"devChecks": False})
     try:
-        agent = ctx.agent_loop.create("main", model=MODEL)
+        agent = rig.agent()
         for i in range(5):
             agent.send(text(f"m{i}"))
             await idle(agent)
         assert calls == 0
         assert len(of_type(agent.session, "request/header")) == 1
     finally:
-        await ctx.dispose()
+        await rig.dispose()

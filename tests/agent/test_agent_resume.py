@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_support import (
-    MODEL,
-    MemoryStore,
-    MemoryStorePlugin,
-    Rig,
-    idle,
-    make_rig,
-    of_type,
-    outline,
-    text,
-    turn_ends,
-)
+from agent_support import MemoryStore, idle, of_type, outline, text, turn_ends
+from tests.support.rig import MODEL, Rig, Rigs, make_rig
 
-from dsh.persistence import jsonl
 from dsh.persistence.base import SessionNotFound
 from dsh.session import INTERRUPTED_TOOL_TEXT
 from dsh.testing import Reply
@@ -30,40 +18,31 @@ from dsh.tools import define_tool
 
 
 @pytest.fixture(params=["memory", "jsonl"])
-def store_plugin(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Any, Any]:
-    """A store plugin and its config: the in-test memory store, and the real JSONL store."""
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> MemoryStore | str:
+    """A durable store: the in-test memory store, and the real JSONL store (a root folder)."""
     if request.param == "memory":
-        return MemoryStorePlugin(MemoryStore()), None
-    return jsonl, {"root": str(tmp_path / "sessions")}
+        return MemoryStore()
+    return str(tmp_path / "sessions")
 
 
 class Processes:
     """Fresh contexts ("processes") on the same durable store."""
 
-    def __init__(self, plugin: Any, config: Any) -> None:
-        self.plugin = plugin
-        self.config = config
-        self.made: list[Rig] = []
+    def __init__(self, rigs: Rigs, store: MemoryStore | str) -> None:
+        self.rigs = rigs
+        self.store = store
 
     async def spawn(self, *replies: Any) -> Rig:
-        rig = await make_rig(*replies)
-        await rig.ctx.plugin(self.plugin, self.config)
-        self.made.append(rig)
-        return rig
+        return await self.rigs.make(*replies, store=self.store)
 
 
 @pytest.fixture
-async def rigs(store_plugin: tuple[Any, Any]) -> AsyncIterator[Processes]:
-    processes = Processes(*store_plugin)
-    try:
-        yield processes
-    finally:
-        for rig in processes.made:
-            await rig.ctx.dispose()
+def processes(rigs: Rigs, store: MemoryStore | str) -> Processes:
+    return Processes(rigs, store)
 
 
-async def test_resume_continues_numbering_and_logs_a_resume_header(rigs: Processes) -> None:
-    first = await rigs.spawn("one", "two")
+async def test_resume_continues_numbering_and_logs_a_resume_header(processes: Processes) -> None:
+    first = await processes.spawn("one", "two")
     agent = first.agent()
     session_id = agent.session.id
     for prompt in ("a", "b"):
@@ -72,7 +51,7 @@ async def test_resume_continues_numbering_and_logs_a_resume_header(rigs: Process
     history = agent.session.derive_messages().to_list()
     await agent.dispose()
 
-    second = await rigs.spawn("three")
+    second = await processes.spawn("three")
     resumed = await second.ctx.agent_loop.resume("main", session_id)
     assert resumed.session.id == session_id
     assert resumed.options.model == MODEL  # taken from the latest logged header
@@ -85,7 +64,7 @@ async def test_resume_continues_numbering_and_logs_a_resume_header(rigs: Process
     assert [h.data["reason"] for h in headers] == ["initial", "resume"]
     assert headers[0].data["header"] == headers[1].data["header"]
     assert events[headers[1].seq - 1].data == {"turn": 3, "step": 1}
-    assert second.adapter.requests[0].messages == [*history, {"role": "user", "content": text("c")}]
+    assert second.model.requests[0].messages == [*history, {"role": "user", "content": text("c")}]
     await resumed.dispose()
 
     # Everything, including the resumed turn, reached the store.
@@ -95,15 +74,15 @@ async def test_resume_continues_numbering_and_logs_a_resume_header(rigs: Process
     assert [e.to_json() for e in stored.events] == [e.to_json() for e in events]
 
 
-async def test_a_later_step_after_resume_logs_no_header(rigs: Processes) -> None:
-    first = await rigs.spawn("one")
+async def test_a_later_step_after_resume_logs_no_header(processes: Processes) -> None:
+    first = await processes.spawn("one")
     agent = first.agent()
     agent.send(text("a"))
     await idle(agent)
     session_id = agent.session.id
     await agent.dispose()
 
-    second = await rigs.spawn(Reply(tool_calls=[("c", "t", {})]), "done", "again")
+    second = await processes.spawn(Reply(tool_calls=[("c", "t", {})]), "done", "again")
     second.ctx.tools.register(define_tool(name="t", description="t", execute=lambda a, c: text("r")))
     resumed = await second.ctx.agent_loop.resume("main", session_id)
     resumed.send(text("b"))
@@ -114,15 +93,15 @@ async def test_a_later_step_after_resume_logs_no_header(rigs: Processes) -> None
     assert [h.data["reason"] for h in of_type(resumed.session, "request/header")] == ["initial", "resume"]
 
 
-async def test_resume_repairs_a_crashed_turn_and_goes_on(rigs: Processes) -> None:
+async def test_resume_repairs_a_crashed_turn_and_goes_on(processes: Processes) -> None:
     started = asyncio.Event()
 
     async def hang(args: Any, call: Any) -> list[dict[str, Any]]:
         started.set()
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # a tool that hangs (scripted) until the "crash" cancels it
         return text("never")
 
-    first = await rigs.spawn(Reply(text="calling", tool_calls=[("call-1", "hang", {"x": 1})]))
+    first = await processes.spawn(Reply(text="calling", tool_calls=[("call-1", "hang", {"x": 1})]))
     first.ctx.tools.register(define_tool(name="hang", description="h", execute=hang))
     agent = first.agent()
     session_id = agent.session.id
@@ -137,7 +116,7 @@ async def test_resume_repairs_a_crashed_turn_and_goes_on(rigs: Processes) -> Non
         await agent.driver
     assert agent.session.open_turn == 1
 
-    second = await rigs.spawn("recovered")
+    second = await processes.spawn("recovered")
     resumed = await second.ctx.agent_loop.resume("main", session_id, model=MODEL)
     events = resumed.session.events
     assert [e.type for e in events[crashed:]] == ["tool/result", "step/end", "turn/end"]
@@ -149,7 +128,7 @@ async def test_resume_repairs_a_crashed_turn_and_goes_on(rigs: Processes) -> Non
     await idle(resumed)
     assert of_type(resumed.session, "turn/start")[-1].data["turn"] == 2
     assert turn_ends(resumed.session)[-1] == {"kind": "completed"}
-    request = second.adapter.requests[0]
+    request = second.model.requests[0]
     assert request.messages[-2] == {
         "role": "user",
         "content": [
@@ -163,8 +142,8 @@ async def test_resume_repairs_a_crashed_turn_and_goes_on(rigs: Processes) -> Non
     }
 
 
-async def test_resume_of_an_unknown_session_fails_and_registers_nothing(rigs: Processes) -> None:
-    rig = await rigs.spawn()
+async def test_resume_of_an_unknown_session_fails_and_registers_nothing(processes: Processes) -> None:
+    rig = await processes.spawn()
     with pytest.raises(SessionNotFound):
         await rig.ctx.agent_loop.resume("main", "no-such-session")
     assert rig.ctx.agents.get("main") is None
@@ -180,14 +159,14 @@ async def test_resume_without_a_store_is_an_error() -> None:
         await rig.ctx.dispose()
 
 
-async def test_resumed_outline_matches_a_fresh_turn(rigs: Processes) -> None:
-    first = await rigs.spawn("one")
+async def test_resumed_outline_matches_a_fresh_turn(processes: Processes) -> None:
+    first = await processes.spawn("one")
     agent = first.agent()
     agent.send(text("a"))
     await idle(agent)
     session_id = agent.session.id
     await agent.dispose()
-    second = await rigs.spawn("two")
+    second = await processes.spawn("two")
     resumed = await second.ctx.agent_loop.resume("main", session_id)
     resumed.send(text("b"))
     await idle(resumed)
@@ -200,29 +179,14 @@ async def test_resumed_outline_matches_a_fresh_turn(rigs: Processes) -> None:
 async def test_config_driven_agents_are_created_and_a_failed_resume_is_only_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from dsh.agent import loop as loop_plugin
-    from dsh.runtime import Context
-    from dsh.testing import mount_agent_loop
-
-    ctx = Context()
-    fibers = await mount_agent_loop(ctx)
-    await fibers[-1].dispose()  # replace the default loop with a configured one
-    await ctx.plugin(MemoryStorePlugin(MemoryStore()))
+    agents = [{"id": "fresh", "model": MODEL, "cwd": "/srv"}, {"id": "ghost", "resumeSessionId": "missing"}]
+    rig = await make_rig(store=MemoryStore(), loop_config={"agents": agents})
     try:
-        await ctx.plugin(
-            loop_plugin,
-            {
-                "agents": [
-                    {"id": "fresh", "model": MODEL, "cwd": "/srv"},
-                    {"id": "ghost", "resumeSessionId": "missing"},
-                ]
-            },
-        )
-        fresh = ctx.agents.get("fresh")
+        fresh = rig.ctx.agents.get("fresh")
         assert fresh is not None and fresh.options.model == MODEL
         assert fresh.session.header["cwd"] == "/srv"
         assert fresh.session.id.startswith("fresh-session-")
-        assert ctx.agents.get("ghost") is None
+        assert rig.ctx.agents.get("ghost") is None
         assert 'cannot resume session "missing"' in caplog.text
     finally:
-        await ctx.dispose()
+        await rig.dispose()

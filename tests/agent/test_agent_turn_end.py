@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from agent_support import MODEL, idle, make_rig, of_type, outline, text, turn_ends
+from agent_support import idle, of_type, outline, text, turn_ends
+from tests.support.rig import MODEL, make_rig
+from tests.support.wait import wait_until
 
 from dsh.llm.types import LlmError
 from dsh.testing import Reply
@@ -159,7 +160,7 @@ async def test_max_tokens_is_kept_when_steering_continues_the_turn() -> None:
     try:
         agent = rig.agent()
         agent.send(text("x"))
-        await asyncio.sleep(0.02)
+        await wait_until(lambda: bool(of_type(agent.session, "assistant/chunk")))  # mid-stream
         agent.steer(text("shorter please"))
         await idle(agent)
         assert outline(agent.session)[-7:] == [
@@ -189,7 +190,7 @@ async def test_rejected_when_every_prompt_is_blocked() -> None:
             "content": text("bad 1"), "source": {"kind": "user"}, "reason": "blocked bad 1",
         }
         assert turn_ends(agent.session) == [{"kind": "rejected", "reason": "blocked bad 2"}]
-        assert rig.adapter.requests == []
+        assert rig.model.requests == []
         # One allowed prompt in a batch is enough to run the turn.
         agent.send(text("bad 3"))
         agent.send(text("good"))
@@ -220,7 +221,7 @@ async def test_prompt_submit_can_rewrite_and_add_context() -> None:
         assert of_type(agent.session, "context/message")[0].data == {
             "content": text("extra"), "source": {"kind": "user"}, "envelope": "raw", "meta": {"m": 1},
         }
-        assert rig.adapter.requests[0].messages == [
+        assert rig.model.requests[0].messages == [
             {"role": "user", "content": text("rewritten")},
             {"role": "user", "content": text("extra")},
         ]
@@ -269,7 +270,7 @@ async def test_throwing_pre_step_ends_with_error_and_no_step_start() -> None:
         assert turn_ends(agent.session) == [
             {"kind": "error", "step": 1, "message": "pre-step broke", "code": "PRE_STEP"}
         ]
-        assert rig.adapter.requests == []
+        assert rig.model.requests == []
         assert errors[0][:3] == (agent, 1, 1)
     finally:
         await rig.ctx.dispose()
@@ -318,7 +319,7 @@ async def test_cancel_from_a_session_event_listener_after_step_start_closes_the_
         await idle(agent)
         assert outline(agent.session) == ["turn/start", "user/message", "step/start", "step/end", "turn/end"]
         assert turn_ends(agent.session) == [{"kind": "aborted", "reason": "watchdog"}]
-        assert rig.adapter.requests == []
+        assert rig.model.requests == []
     finally:
         await rig.ctx.dispose()
 
@@ -399,6 +400,6 @@ async def test_llm_model_seen_by_adapter() -> None:
         agent = rig.agent()
         agent.send(text("x"))
         await idle(agent)
-        assert rig.adapter.requests[0].model == MODEL
+        assert rig.model.requests[0].model == MODEL
     finally:
         await rig.ctx.dispose()

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from dsh.runtime import Context
-from dsh.testing import ScriptedAdapter, mount_agent_loop
+from tests.support.rig import make_rig
 
 
 async def test_sections_are_ordered_and_variables_substituted() -> None:
-    ctx = Context()
-    await mount_agent_loop(ctx)
-    adapter = ScriptedAdapter(default="ok")
-    ctx.llm.register_adapter(["m"], adapter)
+    rig = await make_rig(default="ok", models=("m",))
+    ctx, adapter = rig.ctx, rig.model
     ctx.system_prompt.add_section("deployment:persona", "Model {{model}} in {{ cwd }}.", order=0)
     ctx.system_prompt.add_section("late", "", order=50)  # empty sections are dropped
-    agent = ctx.agent_loop.create("main", model="m", cwd="/w")
+    agent = rig.agent(cwd="/w")
     agent.send([{"type": "text", "text": "hi"}])
     await asyncio.sleep(0)
     await agent.when_idle()
@@ -26,12 +23,10 @@ async def test_sections_are_ordered_and_variables_substituted() -> None:
 
 
 async def test_an_unknown_variable_fails_the_turn_with_a_clear_error() -> None:
-    ctx = Context()
-    await mount_agent_loop(ctx)
-    adapter = ScriptedAdapter(default="ok")
-    ctx.llm.register_adapter(["m"], adapter)
+    rig = await make_rig(default="ok", models=("m",))
+    ctx, adapter = rig.ctx, rig.model
     ctx.system_prompt.add_section("deployment:persona", "Hello {{user_name}}.", order=0)
-    agent = ctx.agent_loop.create("main", model="m", cwd="/w")
+    agent = rig.agent(cwd="/w")
     agent.send([{"type": "text", "text": "hi"}])
     await asyncio.sleep(0)
     await agent.when_idle()

@@ -6,15 +6,13 @@ import gc
 from collections.abc import Iterator
 
 import pytest
+from tests.support.rig import make_rig
 
 from dsh.agent import heap
 from dsh.agent.agent import side_turn
-from dsh.runtime import Context
 from dsh.session import Session
 from dsh.session.vocab import COMPLETED, TurnEndReason
-from dsh.testing import Reply, ScriptedAdapter, mount_agent_loop
-
-MODEL = "scripted"
+from dsh.testing import Reply
 
 
 def test_side_turn_writes_one_closed_injection_turn() -> None:
@@ -53,16 +51,14 @@ def tiny_heap(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 async def run_turns(config: dict[str, object]) -> None:
-    ctx = Context()
-    await mount_agent_loop(ctx, loop_config=config)
-    ScriptedAdapter(default=Reply(text="ok")).register(ctx, MODEL)
+    rig = await make_rig(default=Reply(text="ok"), loop_config=config)
     try:
-        agent = ctx.agent_loop.create("main", model=MODEL)
+        agent = rig.agent()
         for i in range(3):
             agent.send([{"type": "text", "text": f"m{i}"}])
             await agent.when_idle()
     finally:
-        await ctx.dispose()
+        await rig.dispose()
 
 
 async def test_the_loop_leaves_the_collector_alone_by_default(tiny_heap: None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import subprocess
 import sys
 import time
@@ -42,16 +43,20 @@ class Interactive:
 
     def read_until(self, marker: str, count: int = 1, timeout: float = 30) -> str:
         deadline = time.monotonic() + timeout
+        stdout = self.proc.stdout
+        assert stdout is not None
         while self.out.decode(errors="replace").count(marker) < count:
-            if time.monotonic() > deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 raise AssertionError(f"timed out waiting for {marker!r}; got {self.out!r}")
-            chunk = self.proc.stdout.read()  # type: ignore[union-attr]
+            if not select.select([stdout], [], [], remaining)[0]:
+                continue  # the deadline passed
+            chunk = stdout.read()
             if chunk:
                 self.out += chunk
-            elif self.proc.poll() is not None:
+            elif chunk is not None:  # end of file: dsh is gone or going
+                self.proc.wait(timeout=max(remaining, 1))
                 raise AssertionError(f"dsh exited {self.proc.returncode}: {self.proc.stderr.read()!r}")  # type: ignore[union-attr]
-            else:
-                time.sleep(0.01)
         return self.out.decode()
 
     def send(self, line: str) -> None:

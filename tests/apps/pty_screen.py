@@ -11,6 +11,7 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pexpect
@@ -19,6 +20,20 @@ import pyte
 from tests.apps.conftest import dsh_env
 
 ROWS, COLS = 40, 120
+
+# What the status line under the input shows, idle or during a turn.
+_STATUS = (b"to leave", b"Ctrl-C cancels")
+
+
+def input_redrawn(raw: bytes, line: str) -> bool:
+    """Whether the input area was drawn again after the last ``line`` dsh printed.
+
+    dsh prints above the input with the terminal briefly back in cooked mode, where a typed
+    Ctrl-D is the line discipline's end of file and never reaches dsh; the redraw after the
+    print means keys reach dsh again.
+    """
+    at = raw.rfind(line.encode())
+    return at >= 0 and any(status in raw[at:] for status in _STATUS)
 
 
 class Terminal:
@@ -51,13 +66,22 @@ class Terminal:
         rows += [row.rstrip() for row in self.screen.display]
         return "\n".join(rows)
 
-    def expect(self, needle: str, timeout: float = 60) -> str:
+    def expect(self, needle: str, timeout: float = 60, *, count: int = 1) -> str:
+        """Read until ``needle`` is on the screen (``count`` times: scrollback included)."""
         deadline = time.monotonic() + timeout
-        while needle not in self.text():
+        while self.text().count(needle) < count:
             remaining = deadline - time.monotonic()
-            assert remaining > 0, f"timed out waiting for {needle!r}; screen:\n{self.text()}"
+            assert remaining > 0, f"timed out waiting for {needle!r} x{count}; screen:\n{self.text()}"
             self._pump(min(remaining, 0.2))
         return self.text()
+
+    def expect_input_after(self, line: str, timeout: float = 60) -> None:
+        """Read until ``line`` was printed and the input area drawn again (see :func:`input_redrawn`)."""
+        deadline = time.monotonic() + timeout
+        while not input_redrawn(self.raw, line):
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"timed out waiting for the input after {line!r}; screen:\n{self.text()}"
+            self._pump(min(remaining, 0.2))
 
     def settle(self, seconds: float = 0.5) -> str:
         deadline = time.monotonic() + seconds
@@ -71,7 +95,7 @@ class Terminal:
             return
         for ch in text:
             self.child.send(ch)
-            time.sleep(delay)
+            time.sleep(delay)  # scripted: a person typing
 
     def prompt_line(self) -> str:
         """The input line as shown (the last row that starts with a prompt marker)."""
@@ -110,10 +134,17 @@ class Pty:
         self.screen = b""
 
     def expect(self, needle: str, timeout: float = 30) -> None:
+        self._read_until(lambda: needle.encode() in self.screen, needle, timeout)
+
+    def expect_input_after(self, line: str, timeout: float = 30) -> None:
+        """Read until ``line`` was printed and the input area drawn again (see :func:`input_redrawn`)."""
+        self._read_until(lambda: input_redrawn(self.screen, line), f"the input after {line!r}", timeout)
+
+    def _read_until(self, done: Callable[[], bool], what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while needle.encode() not in self.screen:
+        while not done():
             remaining = deadline - time.monotonic()
-            assert remaining > 0, f"timed out waiting for {needle!r}; screen: {self.screen[-2000:]!r}"
+            assert remaining > 0, f"timed out waiting for {what}; screen: {self.screen[-2000:]!r}"
             ready, _, _ = select.select([self.master], [], [], min(remaining, 0.2))
             if ready:
                 try:

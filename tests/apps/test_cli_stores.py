@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.apps.conftest import dsh_env, run_dsh, session_files
+from tests.support.wait import read_until
 
 PG_DSN = os.environ.get("DSH_TEST_DATABASE_URL", "postgresql://127.0.0.1:5432/test")
 
@@ -82,19 +82,19 @@ def test_chat_on_postgres_and_follow_from_another_process(workdir: Path, pg_conf
          "--config", str(pg_config)],
         cwd=workdir, env=dsh_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    assert follower.stdout is not None
     try:
-        time.sleep(1.5)  # let the follower print the log so far and start listening
+        # The follower printed the log so far; from there it LISTENs before it re-reads, so it
+        # misses nothing the second chat commits.
+        seen = read_until(follower.stdout, lambda text: "turn/end" in text, 60)
         second = run_dsh(["chat", "--config", str(pg_config), "--resume", row["id"]], workdir, stdin="two\n")
         assert second.returncode == 0, second.stderr
-        deadline = time.monotonic() + 20
-        seen = ""
-        os.set_blocking(follower.stdout.fileno(), False)  # type: ignore[union-attr]
-        while "turn/end" not in seen.split("user/message", 2)[-1] or seen.count("turn/end") < 2:
-            assert time.monotonic() < deadline, f"follower saw: {seen[-500:]!r}"
-            chunk = follower.stdout.read()  # type: ignore[union-attr]
-            if chunk:
-                seen += chunk
-            time.sleep(0.05)
+        seen = read_until(
+            follower.stdout,
+            lambda text: "turn/end" in text.split("user/message", 2)[-1] and text.count("turn/end") >= 2,
+            20,
+            seen=seen,
+        )
         assert '"text":"two"' in seen
     finally:
         follower.kill()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,11 +62,9 @@ def _assert_neutralised(raw: bytes, *, markdown: bool = False) -> None:
 @pytest.mark.slow
 def test_terminal_mode_shows_model_sent_controls_instead_of_obeying_them(workdir: Path, server: SSEServer) -> None:
     term = Pty(["chat", "--base-url", server.base_url, "--model", "test-model"], workdir)
-    term.expect("Ctrl-D to leave")
-    time.sleep(0.3)
+    term.expect("/exit to leave")  # the input line is up (the welcome line is printed before it)
     term.type("hi\r")
-    term.expect("turn 1 ·")
-    time.sleep(0.3)
+    term.expect_input_after("turn 1 ·")  # Ctrl-D reaches dsh only with the input line up
     term.type("\x04")
     assert term.wait() == 0
     _assert_neutralised(term.screen, markdown=True)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tests.apps.conftest import run_dsh, session_files
 from tests.llm.sse_server import Reply, SSEServer, chunk
+from tests.support.wait import wait_until_sync
 
 
 def tool_call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> Reply:
@@ -43,6 +45,17 @@ def schedule_changes(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e["data"] for e in events if e["type"] == "schedule/change"]
 
 
+def wait_until_due(log: Path, timeout: float = 30) -> None:
+    """Return as soon as every reminder the log created is due on the wall clock (dsh's reading,
+    ``time.time_ns()``) a worker process will read."""
+    due = max(
+        datetime.fromisoformat(c["schedule"]["scheduledAt"]).timestamp() * 1000
+        for c in schedule_changes(events_of(log))
+        if c["operation"] == "create"
+    )
+    wait_until_sync(lambda: time.time_ns() // 1_000_000 >= due, timeout, "the reminder to fall due")
+
+
 def test_chat_creates_a_reminder_and_the_worker_delivers_it_once(workdir: Path) -> None:
     with SSEServer() as server:
         server.push(
@@ -68,8 +81,7 @@ def test_chat_creates_a_reminder_and_the_worker_delivers_it_once(workdir: Path) 
         assert row["id"] == "schedule-1" and row["prompt"] == "check the build"
         assert row["due"].endswith("[Asia/Shanghai]")
 
-        while int(time.time() * 1000) < json.loads(listed.stdout)["dueMs"]:
-            time.sleep(0.05)  # wait until it is due (about 2 s after the chat)
+        wait_until_due(log)  # about 2 s after the chat
 
         server.push(text("Reminder: check the build."))
         worker = run_dsh(["reminders", "run", "--once", *opts], workdir)
@@ -172,10 +184,13 @@ def test_the_worker_keeps_running_and_delivers_a_reminder_of_a_session_closed_me
             chat = run_dsh(["chat", *opts], workdir, stdin="remind me in 3 s to water the plants\n")
             assert chat.returncode == 0, chat.stderr
             [log] = session_files(workdir)
-            deadline = time.monotonic() + 60
-            while not any(c["operation"] == "dispatch" for c in schedule_changes(events_of(log))):
-                assert time.monotonic() < deadline and worker.poll() is None, "not delivered"
-                time.sleep(0.1)
+            wait_until_sync(
+                lambda: any(c["operation"] == "dispatch" for c in schedule_changes(events_of(log)))
+                or worker.poll() is not None,
+                60,
+                "the worker to deliver",
+            )
+            assert worker.poll() is None, "the worker exited before delivering"
         finally:
             worker.send_signal(signal.SIGTERM)
             out, err = worker.communicate(timeout=30)
@@ -191,7 +206,7 @@ def test_a_reminder_whose_turn_fails_stays_due_and_is_delivered_by_the_next_run(
         chat = run_dsh(["chat", *opts], workdir, stdin="remind me to pay rent\n")
         assert chat.returncode == 0, chat.stderr
         [log] = session_files(workdir)
-        time.sleep(1.1)
+        wait_until_due(log)
         server.push(*[Reply.error(400, "bad request")] * 4)  # the endpoint refuses the reminder turn
         failed = run_dsh(["reminders", "run", "--once", *opts], workdir)
         assert failed.returncode == 1
@@ -230,7 +245,7 @@ def test_the_worker_skips_a_session_open_in_another_process(workdir: Path) -> No
         holder = Interactive(["chat", "--config", "plain.yml", "--resume", session_id, "--model", "mock-echo"], workdir)
         try:
             holder.read_until("ready.")
-            time.sleep(1.1)
+            wait_until_due(log)
             skipped = run_dsh(["reminders", "run", "--once", *opts], workdir)
             assert skipped.returncode == 0, skipped.stderr
             assert "delivered" not in skipped.stdout and not server.requests[2:]

@@ -4,12 +4,10 @@ delivered exactly once, and a worker killed with SIGKILL mid-run loses none."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,9 +18,10 @@ import pytest
 from dsh import _clock
 from dsh.persistence import postgres
 from dsh.plugins.schedule.fold import Record
-from dsh.runtime import Context
-from dsh.testing import mount_agent_loop
+from dsh.runtime.loader import PluginEntry
 from tests.apps.conftest import dsh_env
+from tests.support.rig import make_rig
+from tests.support.wait import read_until
 
 pytestmark = pytest.mark.slow
 
@@ -47,9 +46,8 @@ def schema() -> Iterator[str]:
 
 async def _seed(schema: str, count: int) -> list[str]:
     """``count`` sessions, each with one reminder that fell due a second ago."""
-    ctx = Context()
-    await mount_agent_loop(ctx)
-    await ctx.plugin(postgres, {"dsn": PG_DSN, "schema": schema})
+    rig = await make_rig(models=(), store=PluginEntry("store", "postgres-sessions", {"dsn": PG_DSN, "schema": schema}))
+    ctx = rig.ctx
     ids = []
     try:
         due = _clock.now_ms() - 1000
@@ -115,14 +113,7 @@ def test_a_worker_killed_mid_run_loses_no_reminder(workdir: Path, schema: str) -
     config = _config(workdir, schema)
     victim, survivor = _worker(workdir, config), _worker(workdir, config)
     assert victim.stdout is not None
-    os.set_blocking(victim.stdout.fileno(), False)
-    seen = ""
-    deadline = time.monotonic() + 120
-    while "delivered" not in seen:
-        assert time.monotonic() < deadline and victim.poll() is None, seen
-        with contextlib.suppress(BlockingIOError):
-            seen += os.read(victim.stdout.fileno(), 65536).decode()
-        time.sleep(0.02)
+    read_until(victim.stdout, lambda seen: "delivered" in seen, 120)  # its first delivery
     victim.send_signal(signal.SIGKILL)  # most likely in the middle of its next reminder turn
     victim.wait(timeout=30)
     _, err = survivor.communicate(timeout=300)

@@ -6,25 +6,23 @@ import asyncio
 
 from dsh.apps.sessions import rebuild_requests
 from dsh.plugins import time_context
-from dsh.runtime import Context
-from dsh.testing import Reply, ScriptedAdapter, mount_agent_loop
+from dsh.testing import Reply
 from dsh.tools import echo
+from tests.support.rig import Rigs
 
 
-async def test_every_rebuilt_request_equals_the_one_the_adapter_received() -> None:
-    ctx = Context()
-    await mount_agent_loop(ctx)
-    await ctx.plugin(echo)
-    await ctx.plugin(time_context, {"timeZone": "UTC"})
-    adapter = ScriptedAdapter([
+async def test_every_rebuilt_request_equals_the_one_the_adapter_received(rigs: Rigs) -> None:
+    rig = await rigs.make(
         Reply(text="calling", tool_calls=[("c1", "echo", {"text": "a"}), ("c2", "echo", {"text": "b"})]),
         Reply(text="done"),
         Reply(text="again", tool_calls=[("c3", "echo", {"text": "c"})]),
         Reply(text="finished"),
-    ])
-    adapter.register(ctx, "m")
-    ctx.system_prompt.add_section("deployment:persona", "Be brief.", order=0)
-    agent = ctx.agent_loop.create("main", model="m", cwd="/w")
+        models=("m",),
+        plugins=[echo, (time_context, {"timeZone": "UTC"})],
+    )
+    adapter = rig.model
+    rig.ctx.system_prompt.add_section("deployment:persona", "Be brief.", order=0)
+    agent = rig.agent(cwd="/w")
     for text in ("first", "second"):
         agent.send([{"type": "text", "text": text}])
         await asyncio.sleep(0)
@@ -37,4 +35,3 @@ async def test_every_rebuilt_request_equals_the_one_the_adapter_received() -> No
         assert request["system"] == received.system
         assert request["tools"] == list(received.tools)
         assert request["model"] == received.model
-    await ctx.dispose()

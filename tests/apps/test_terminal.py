@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import stat
-import time
 from pathlib import Path
 from typing import Any
 
@@ -179,8 +178,8 @@ def test_ctrl_c_cancels_a_turn_and_the_next_request_says_so(workdir: Path) -> No
     term.type("again\r")
     term.expect("ℹ told the model: The previous turn (turn 1) was cancelled by the user")
     term.type("\x03")
-    term.expect("⊘ turn aborted", timeout=10)
-    time.sleep(0.2)
+    term.expect("⊘ turn aborted", timeout=10, count=2)
+    term.expect_input_after("⊘ turn aborted")  # Ctrl-D reaches dsh only with the input line up
     term.type("\x04")
     assert term.wait() == 0
     events = _events(workdir)

@@ -187,6 +187,7 @@ class SSEServer:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = threading.Lock()
+        self._disconnects = threading.Condition()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -238,12 +239,18 @@ class SSEServer:
 
     def wait_for_disconnect(self, index: int = -1, timeout: float = 2.0) -> float | None:
         """Block until request ``index``'s connection was seen closed; its time, or ``None``."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.requests and self.requests[index].disconnected_at is not None:
-                return self.requests[index].disconnected_at
-            time.sleep(0.005)
-        return None
+
+        def closed() -> float | None:
+            return self.requests[index].disconnected_at if self.requests else None
+
+        with self._disconnects:
+            self._disconnects.wait_for(lambda: closed() is not None, timeout)
+        return closed()
+
+    def _disconnected(self, record: Recorded) -> None:
+        with self._disconnects:
+            record.disconnected_at = time.monotonic()
+            self._disconnects.notify_all()
 
     # ------------------------------------------------------------------ HTTP
 
@@ -257,7 +264,7 @@ class SSEServer:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            await asyncio.sleep(min(left, 0.005))
+            await asyncio.sleep(min(left, 0.005))  # a scripted delay that notices a close
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -294,7 +301,7 @@ class SSEServer:
         reply = self._next()
 
         if reply.kind == "hang":
-            await asyncio.sleep(reply.hang)
+            await asyncio.sleep(reply.hang)  # scripted: a server that never answers
             return False
 
         if reply.kind == "json":
@@ -332,7 +339,7 @@ class SSEServer:
                 if reply.drop_after is not None and n >= reply.drop_after:
                     # Abrupt close in the middle of the body.
                     writer.transport.abort()
-                    record.disconnected_at = time.monotonic()
+                    self._disconnected(record)
                     return False
                 if reply.delay and n:
                     await self._pause(reader, reply.delay)
@@ -344,5 +351,5 @@ class SSEServer:
                 return True
             return False
         except (ConnectionError, asyncio.CancelledError):
-            record.disconnected_at = time.monotonic()
+            self._disconnected(record)
             raise

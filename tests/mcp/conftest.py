@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ if _LLM not in sys.path:
     sys.path.insert(0, _LLM)
 
 from sse_server import SSEServer  # noqa: E402
+
+from tests.support.wait import wait_until_sync  # noqa: E402
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 TOKEN = "tok-SECRET-e2e-5f3a9c"
@@ -59,11 +60,7 @@ def pids(pidfile: Path) -> list[tuple[int, int]]:
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    wait_until_sync(predicate, timeout, what)
 
 
 def alive(pid: int) -> bool:

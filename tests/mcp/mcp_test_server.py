@@ -84,7 +84,7 @@ async def hang(seconds: float = 3600) -> str:
     """Sleeps (for timeout and cancellation tests)."""
     _mark("started")
     try:
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(seconds)  # scripted: a tool that takes ``seconds``
     except asyncio.CancelledError:
         _mark("cancelled")
         raise

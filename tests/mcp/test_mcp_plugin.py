@@ -3,7 +3,6 @@ errors while a server is down, HTTP reconnect, and a spent reconnect budget."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
@@ -20,6 +19,7 @@ from dsh.runtime import Context
 from dsh.runtime.loader import LoadError, PluginEntry, load_plugins
 from dsh.tools.registry import TOOLS
 from tests.mcp.conftest import SERVER, HttpServer, alive, pids
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -53,9 +53,8 @@ async def mounted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 180) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.05)
+    """:func:`wait_until` with room for a loaded machine to start a server."""
+    await wait_until(predicate, timeout)
 
 
 def server(ctx: Context, name: str) -> Server:

@@ -207,7 +207,7 @@ def test_guard_takes_its_group_down_when_the_parent_is_killed(tmp_path: Path) ->
         f"p = subprocess.Popen([sys.executable, '-I', '-S', {str(GUARD)!r}, str(os.getpid()), "
         f"'sh', '-c', 'echo $$ > {pidfile}; exec sleep 300'], start_new_session=True)\n"
         "print(p.pid, flush=True)\n"
-        "time.sleep(300)\n"
+        "time.sleep(300)\n"  # a parent that idles (scripted) until the test kills it
     )
     parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
     try:

@@ -27,11 +27,11 @@ async def main() -> None:
         if action == "hold":
             await store.load(session_id)
             print("ready", flush=True)
-            await asyncio.sleep(3600)
+            await asyncio.sleep(3600)  # holds the lock until killed (the cap ends an orphan)
         elif action == "hold-new":
             await store.create({"version": 0, "id": session_id, "createdAt": 1})
             print("ready", flush=True)
-            await asyncio.sleep(3600)
+            await asyncio.sleep(3600)  # holds the lock until killed (the cap ends an orphan)
         else:
             try:
                 if action == "try-load":

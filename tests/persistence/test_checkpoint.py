@@ -6,16 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
-
-from dsh.persistence import jsonl
-from dsh.runtime import Context
-from dsh.testing import mount_agent_loop
+from tests.support.rig import Rigs
 
 
-async def test_checkpoint_writes_without_fsync_and_flush_syncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ctx = Context()
-    await mount_agent_loop(ctx)
-    await ctx.plugin(jsonl, {"root": str(tmp_path)})
+async def test_checkpoint_writes_without_fsync_and_flush_syncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rigs: Rigs
+) -> None:
+    ctx = (await rigs.make(models=(), store=str(tmp_path))).ctx
     session = ctx.sessions.create("s", cwd="/x")
     message = {"content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}}
     session.append("turn/start", {"turn": 1, "trigger": {"kind": "message", "source": {"kind": "user"}}})
@@ -36,4 +33,3 @@ async def test_checkpoint_writes_without_fsync_and_flush_syncs(tmp_path: Path, m
     await ctx.sessions.flush(session)
     assert len(synced) == 1
     assert len(path.read_text().splitlines()) == 1 + len(session.events)
-    await ctx.dispose()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from store_support import (
     open_tool_turn,
     persist,
 )
+from tests.support.wait import retry
 
 from dsh.persistence.base import (
     AppendSeqMismatch,
@@ -22,7 +22,6 @@ from dsh.persistence.base import (
     SessionLocked,
     SessionNotFound,
     SessionStore,
-    StoredSession,
 )
 from dsh.persistence.jsonl import header_line
 from dsh.session import INTERRUPTED_TOOL_TEXT, Event, Session, encode_event
@@ -212,7 +211,7 @@ async def test_lock_excludes_other_processes_and_dies_with_them(
 
     holder.kill()
     await holder.wait()
-    loaded = await _eventually_load(store, "locked")
+    loaded = await retry(lambda: store.load("locked"), on=SessionLocked)  # once the holder is gone
     assert len(loaded.events) == len(session)
 
 
@@ -225,12 +224,7 @@ async def test_unflushed_create_holds_the_lock_across_processes(
         await store.create({"version": 0, "id": "fresh", "createdAt": 5})
     holder.kill()
     await holder.wait()
-    for _ in range(100):
-        try:
-            await store.create({"version": 0, "id": "fresh", "createdAt": 5})
-            break
-        except SessionLocked:
-            await asyncio.sleep(0.05)
+    await retry(lambda: store.create({"version": 0, "id": "fresh", "createdAt": 5}), on=SessionLocked)
     assert store.stored_count("fresh") == 0
 
 
@@ -298,12 +292,3 @@ USER_PLUGIN = {"kind": "plugin", "plugin": "test"}
 def _jsonl(header: dict[str, object], events: list[Event] | object) -> bytes:
     lines = [header_line(header)] + [encode_event(e) for e in events]  # type: ignore[attr-defined]
     return b"".join(line + b"\n" for line in lines)
-
-
-async def _eventually_load(store: SessionStore, session_id: str) -> StoredSession:
-    for _ in range(100):
-        try:
-            return await store.load(session_id)
-        except SessionLocked:
-            await asyncio.sleep(0.05)
-    raise AssertionError("lock was not released after the holder died")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from store_support import closed_turn, events_json, open_tool_turn
+from tests.support.wait import stays
 
 from dsh.agent import sessions as sessions_plugin
 from dsh.persistence import jsonl, sqlite
@@ -137,8 +138,7 @@ async def test_events_appended_during_a_flush_stay_buffered(
     await asyncio.wait_for(entered.wait(), 30)  # the first write is in flight
     closed_turn(session, "two")  # lands while the first write is in flight
     second = asyncio.create_task(ctx.sessions.flush(session))  # serialised behind the first
-    await asyncio.sleep(0.01)
-    assert len(calls) == 1
+    await stays(lambda: len(calls) == 1, 0.05, what="the second write waiting for the first")
     gate.set()
     await asyncio.gather(first, second)
     assert calls == [list(range(7)), list(range(7, 14))]

@@ -12,13 +12,14 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import psycopg
 import pytest
+from tests.support.wait import retry
 
 from dsh import _json
 from dsh.persistence import postgres as postgres_plugin
@@ -136,25 +137,15 @@ def jsonl_bytes(header: dict[str, Any], events: list[Event]) -> bytes:
 CHILD = r"""
 import asyncio, sys
 from dsh.persistence.postgres import PostgresStore
-from dsh.session import Session
 
 dsn, schema, sid, mode = sys.argv[1:5]
 
 async def main():
     store = PostgresStore(dsn, schema=schema)
-    stored = await store.load(sid)
+    await store.load(sid)
     if mode == "hold":
         print("LOCKED", flush=True)
-        await asyncio.sleep(600)
-    elif mode == "append":
-        session = Session.restore(sid, stored.events, header=stored.header)
-        await asyncio.sleep(0.3)  # let the parent's follower start waiting on NOTIFY
-        for turn in (2, 3):
-            a = session.append("turn/start", {"turn": turn})
-            b = session.append("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
-            await store.append(sid, [a, b])
-            await asyncio.sleep(0.1)
-        print("APPENDED", flush=True)
+        await asyncio.sleep(600)  # holds the lock until killed (the cap ends an orphan)
     await store.close()
 
 asyncio.run(main())
@@ -170,17 +161,6 @@ async def spawn(schema: str, sid: str, mode: str) -> asyncio.subprocess.Process:
 async def read_line(proc: asyncio.subprocess.Process, timeout: float = 30) -> str:
     assert proc.stdout is not None
     return (await asyncio.wait_for(proc.stdout.readline(), timeout)).decode().strip()
-
-
-async def eventually(action: Callable[[], Awaitable[Any]], *, within: float) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            return await action()
-        except SessionLocked:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)
 
 
 # -- migrations and connection errors ------------------------------------------------------
@@ -430,7 +410,7 @@ async def test_lock_excludes_other_process_and_dies_with_it(pg: PostgresStore, s
         child.send_signal(signal.SIGKILL)
         await child.wait()
     started = time.monotonic()
-    loaded = await eventually(lambda: pg.load("held"), within=5)
+    loaded = await retry(lambda: pg.load("held"), on=SessionLocked, timeout=5)
     assert time.monotonic() - started < 5
     assert len(loaded.events) == 2
     await pg.release("held")

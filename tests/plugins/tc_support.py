@@ -1,45 +1,22 @@
-"""Shared helpers for the time-context tests: a frozen clock and an agent spine with the plugin."""
+"""Shared helpers for the time-context tests: reading texts, and a rig with the plugin."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-import time_machine
+from tests.support.clock import Clock, at
+from tests.support.rig import Rig, Rigs
 
 from dsh.agent.agent import Agent
 from dsh.plugins import time_context
-from dsh.runtime import AbortController, AbortSignal, Context, Fiber
+from dsh.runtime import AbortController, AbortSignal, Fiber
 from dsh.session import Event, Session
 
-T0 = 1_783_987_200_000  # 2026-07-14T00:00:00Z
 SOURCE = {"kind": "plugin", "plugin": "time-context"}
 READINGS_FIXTURE = Path(__file__).parent / "data" / "time-context-readings.json"
-
-
-# A fixed non-zero offset on purpose: time-machine sets ``TZ`` itself when handed a UTC or
-# ZoneInfo datetime, and the plugin resolves the process zone from ``TZ`` at load.
-_PLAIN_OFFSET = timezone(timedelta(hours=1))
-
-
-def at(ms: int) -> datetime:
-    """An exact aware datetime for epoch milliseconds (a float would lose the last digit)."""
-    return datetime.fromtimestamp(ms // 1000, _PLAIN_OFFSET).replace(microsecond=(ms % 1000) * 1000)
-
-
-class Clock:
-    """The frozen wall clock (time-machine, ``tick=False``), moved in milliseconds."""
-
-    def __init__(self, traveller: time_machine.Traveller) -> None:
-        self._traveller = traveller
-
-    def set(self, ms: int) -> None:
-        self._traveller.move_to(at(ms))
-
-    def advance(self, ms: int) -> None:
-        self._traveller.shift(ms / 1000)
 
 
 def reading_texts(session: Session) -> list[str]:
@@ -70,23 +47,16 @@ def load_cases() -> list[dict[str, Any]]:
     return cases
 
 
-class Rig:
-    """A ``Context`` with the agent spine; agents are real, their drivers idle unless sent work.
+class TimeContextRig(Rig):
+    """A rig (``tests.support.rig``) for the time-context plugin: its agents are real, their
+    drivers idle unless sent work; they talk to the scripted model ``m``.
 
     ``fire`` dispatches ``agent/pre-step`` exactly as the loop does and returns the events the
     dispatch appended.
     """
 
-    def __init__(self, ctx: Context, clock: Clock) -> None:
-        self.ctx = ctx
-        self.clock = clock
-
     async def load(self, config: Any = None) -> Fiber:
         return await self.ctx.plugin(time_context, config)
-
-    def agent(self, agent_id: str = "main") -> Agent:
-        agent: Agent = self.ctx.agent_loop.create(agent_id, model="m")
-        return agent
 
     @staticmethod
     def open_turn(agent: Agent, turn: int, text: str | None = "hi") -> None:
@@ -120,3 +90,9 @@ class Rig:
         events = await self.fire(agent, turn, step)
         assert len(events) <= 1, events
         return text_of(events[0]) if events else None
+
+
+async def tc_rig(rigs: Rigs, clock: Clock, *replies: Any, **options: Any) -> TimeContextRig:
+    """The shared builder with what these tests share: the clock and the scripted model ``m``
+    (default reply ``done``)."""
+    return await rigs.make(*replies, clock=clock, models=("m",), default="done", rig_class=TimeContextRig, **options)

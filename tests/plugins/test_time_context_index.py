@@ -11,23 +11,19 @@ text) must equal what the naive scan below computes from the raw events.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-from unittest import mock
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import event as note_event
 from hypothesis import strategies as st
+from tests.support.clock import T0, Clock
 
-from dsh import _clock
 from dsh.agent.agent import Agent, AgentOptions
 from dsh.plugins import time_context
 from dsh.plugins.time_context import ReadingIndex, TimeContext, reading_index, render_reading
 from dsh.runtime import AbortController, Context
 from dsh.session import Event, Session
 
-T0 = 1_783_987_200_000
 TC = {"kind": "plugin", "plugin": "time-context"}
 SOURCES: list[Any] = [
     TC,
@@ -188,8 +184,8 @@ LOG_DATA: dict[str, Any] = {
 class World:
     """One live session, its agent, and a clock that every append and every reading uses."""
 
-    def __init__(self, clock: list[int], eager: bool) -> None:
-        clock[:] = [T0]
+    def __init__(self, clock: Clock, eager: bool) -> None:
+        clock.set(T0)
         self.clock = clock
         self.ctx = Context()
         self.plugins = {i: TimeContext(ZONE, ZONE_NAME, i) for i in INTERVALS}
@@ -203,13 +199,13 @@ class World:
 
     @property
     def now(self) -> int:
-        return self.clock[0]
+        return self.clock.now()
 
     def apply(self, op: tuple[Any, ...]) -> None:
         kind, *args = op
         append = self.session.append
         if kind == "advance":
-            self.clock[0] = max(0, self.now + args[0])
+            self.clock.set(max(0, self.now + args[0]))
         elif kind == "turn/start":
             append("turn/start", args[0])
         elif kind == "turn/end":
@@ -281,22 +277,14 @@ class World:
         )
 
 
-@pytest.fixture
-def patched_clock() -> Iterator[list[int]]:
-    """``dsh._clock.now_ms`` reads ``clock[0]`` (cheaper than time-machine per example)."""
-    clock = [T0]
-    with mock.patch.object(_clock, "now_ms", lambda: clock[0]):
-        yield clock
-
-
 @settings(
     max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(eager=st.booleans(), ops=st.lists(OPS, min_size=20, max_size=120))
 def test_index_agrees_with_a_full_backward_scan(
-    patched_clock: list[int], eager: bool, ops: list[tuple[Any, ...]]
+    clock: Clock, eager: bool, ops: list[tuple[Any, ...]]
 ) -> None:
-    world = World(patched_clock, eager)
+    world = World(clock, eager)
     for op in ops:
         world.apply(op)
         world.check()

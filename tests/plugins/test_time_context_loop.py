@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tc_support import SOURCE, T0, Rig, reading_line, reading_texts, utc_stamp
+from tc_support import SOURCE, TimeContextRig, reading_line, reading_texts, tc_rig, utc_stamp
+from tests.support.clock import T0, Clock
+from tests.support.rig import Rigs
 
 from dsh.agent.agent import Agent
 from dsh.llm.types import LlmRequest
+from dsh.plugins import time_context
 from dsh.testing import Reply, ScriptedAdapter
 from dsh.tools import echo
 
@@ -30,13 +33,11 @@ def readings_in(request: LlmRequest) -> list[str]:
 
 
 async def loop_rig(
-    rig: Rig, config: Any = None, replies: Any = ()
-) -> tuple[Agent, ScriptedAdapter]:
-    await rig.load(config)
-    await rig.ctx.plugin(echo)
-    adapter = ScriptedAdapter(replies, default="done")
-    rig.ctx.llm.register_adapter(["m"], adapter)
-    return rig.agent(), adapter
+    rigs: Rigs, clock: Clock, config: Any = None, replies: Any = (), listeners: Any = ()
+) -> tuple[TimeContextRig, Agent, ScriptedAdapter]:
+    """The shared rig with time-context (``config``) and the echo tool; one agent."""
+    rig = await tc_rig(rigs, clock, *replies, listeners=listeners, plugins=[(time_context, config), echo])
+    return rig, rig.agent(), rig.model
 
 
 async def run(agent: Agent, text: str) -> None:
@@ -44,11 +45,11 @@ async def run(agent: Agent, text: str) -> None:
     await agent.when_idle()
 
 
-def after(rig: Rig, ms: int, reply: Reply) -> Any:
+def after(clock: Clock, ms: int, reply: Reply) -> Any:
     """A reply that first lets ``ms`` of model time pass."""
 
     def factory(_request: LlmRequest) -> Reply:
-        rig.clock.advance(ms)
+        clock.advance(ms)
         return reply
 
     return factory
@@ -60,17 +61,18 @@ def dev_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSH_DEV_CHECKS", "1")
 
 
-async def test_cumulative_readings_in_multi_step_requests(rig: Rig, dev_checks: None) -> None:
-    agent, adapter = await loop_rig(
-        rig,
+async def test_cumulative_readings_in_multi_step_requests(rigs: Rigs, clock: Clock, dev_checks: None) -> None:
+    rig, agent, adapter = await loop_rig(
+        rigs,
+        clock,
         replies=[
             after(
-                rig,
+                clock,
                 2_000,
                 Reply(text="Let me echo that.", tool_calls=[("call-1", "echo", {"text": "hi"})]),
             ),
-            after(rig, 1_000, Reply(text="The echo tool has spoken.")),
-            after(rig, 3_000, Reply(text="You're welcome.")),
+            after(clock, 1_000, Reply(text="The echo tool has spoken.")),
+            after(clock, 3_000, Reply(text="You're welcome.")),
         ],
     )
     await run(agent, "echo hi")
@@ -108,9 +110,9 @@ async def test_cumulative_readings_in_multi_step_requests(rig: Rig, dev_checks: 
     ]
 
 
-async def test_readings_never_reach_system_prompt_or_header(rig: Rig, dev_checks: None) -> None:
-    agent, adapter = await loop_rig(
-        rig, replies=[Reply(tool_calls=[("call-1", "echo", {"text": "x"})]), "ok", "ok"]
+async def test_readings_never_reach_system_prompt_or_header(rigs: Rigs, clock: Clock, dev_checks: None) -> None:
+    _, agent, adapter = await loop_rig(
+        rigs, clock, replies=[Reply(tool_calls=[("call-1", "echo", {"text": "x"})]), "ok", "ok"]
     )
     await run(agent, "one")
     await run(agent, "two")
@@ -123,11 +125,12 @@ async def test_readings_never_reach_system_prompt_or_header(rig: Rig, dev_checks
     assert "Time sampled" not in str(headers[0].data)
 
 
-async def test_positive_interval_lets_requests_go_out_without_a_reading(rig: Rig) -> None:
-    agent, adapter = await loop_rig(
-        rig,
+async def test_positive_interval_lets_requests_go_out_without_a_reading(rigs: Rigs, clock: Clock) -> None:
+    _, agent, adapter = await loop_rig(
+        rigs,
+        clock,
         {"refreshIntervalMs": 60_000},
-        replies=[after(rig, 2_000, Reply(tool_calls=[("call-1", "echo", {"text": "x"})])), "ok"],
+        replies=[after(clock, 2_000, Reply(tool_calls=[("call-1", "echo", {"text": "x"})])), "ok"],
     )
     await run(agent, "one")
     r1 = reading_line(1, 1, utc_stamp(T0), "0s")
@@ -135,8 +138,8 @@ async def test_positive_interval_lets_requests_go_out_without_a_reading(rig: Rig
     assert reading_texts(agent.session) == [r1]
 
 
-async def test_later_listener_cancel_keeps_the_reading(rig: Rig) -> None:
-    agent, adapter = await loop_rig(rig)
+async def test_later_listener_cancel_keeps_the_reading(rigs: Rigs, clock: Clock) -> None:
+    rig, agent, adapter = await loop_rig(rigs, clock)
     seen: list[bool] = []
 
     def cancel(agent: Agent, *_: Any) -> None:
@@ -158,8 +161,8 @@ async def test_later_listener_cancel_keeps_the_reading(rig: Rig) -> None:
     assert adapter.requests == []
 
 
-async def test_later_listener_failure_keeps_the_reading(rig: Rig) -> None:
-    agent, adapter = await loop_rig(rig)
+async def test_later_listener_failure_keeps_the_reading(rigs: Rigs, clock: Clock) -> None:
+    rig, agent, adapter = await loop_rig(rigs, clock)
     errors: list[Any] = []
     rig.ctx.on("agent/error", lambda *args: errors.append(args))
 
@@ -183,19 +186,19 @@ async def test_later_listener_failure_keeps_the_reading(rig: Rig) -> None:
     ]
 
 
-async def test_compaction_style_listener_sees_the_new_reading(rig: Rig) -> None:
+async def test_compaction_style_listener_sees_the_new_reading(rigs: Rigs, clock: Clock) -> None:
     """An ordinary listener registered *before* the plugin (as compaction is) runs after it."""
     counts: list[int] = []
-    rig.ctx.on("agent/pre-step", lambda agent, *_: counts.append(len(reading_texts(agent.session))))
-    agent, _ = await loop_rig(rig, replies=[Reply(tool_calls=[("c", "echo", {"text": "x"})]), "ok"])
+    listener = ("agent/pre-step", lambda agent, *_: counts.append(len(reading_texts(agent.session))))
+    _, agent, _ = await loop_rig(
+        rigs, clock, replies=[Reply(tool_calls=[("c", "echo", {"text": "x"})]), "ok"], listeners=[listener]
+    )
     await run(agent, "hi")
     assert counts == [1, 2]
 
 
-async def test_every_agent_gets_its_own_readings(rig: Rig) -> None:
+async def test_every_agent_gets_its_own_readings(rig: TimeContextRig) -> None:
     await rig.load({"refreshIntervalMs": 60_000})
-    adapter = ScriptedAdapter(default="ok")
-    rig.ctx.llm.register_adapter(["m"], adapter)
     a, b = rig.agent("a"), rig.agent("b")
     await run(a, "hi")
     rig.clock.advance(1_000)

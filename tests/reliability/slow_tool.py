@@ -55,7 +55,7 @@ def apply(ctx, config):
 
     async def run(args, call):
         (folder / f"started-{call.call_id}").write_text(str(args.get("seconds")))
-        await asyncio.sleep(args["seconds"])
+        await asyncio.sleep(args["seconds"])  # the slow tool itself (scripted)
         return [{"type": "text", "text": "slow done"}]
 
     tool = define_tool(
@@ -130,7 +130,7 @@ def slow_tool_trial(base: Path, store: str, seed: int) -> Trial:
                 trial.failures.append(f"dsh exited {proc.returncode} before the tool ran")
                 return trial
             trial.kill_after = rng.uniform(0.0, 0.3)
-            time.sleep(trial.kill_after)
+            time.sleep(trial.kill_after)  # deliberate: the kill lands a random time into the tool
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         finally:

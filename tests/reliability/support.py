@@ -31,12 +31,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from unittest import mock
+
+from tests.support.wait import wait_until_sync as wait_for  # also what the reliability tests use
 
 REPO = Path(__file__).resolve().parents[2]
 INTERRUPTED_TEXT = "Tool call interrupted by a crash; no result was recorded."
@@ -69,14 +70,6 @@ def run_dsh(
         env=dsh_env(**env),
         timeout=timeout,
     )
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.005) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(poll)
 
 
 class Chat:
@@ -198,7 +191,7 @@ class SlowAdapter:
             session = sessions.get(session_id) if sessions is not None else None
             if session is not None:
                 await sessions.flush(session)
-        await asyncio.sleep(self.delay * (25 if slow else 1))
+        await asyncio.sleep(self.delay * (25 if slow else 1))  # a slow stream (scripted)
 
     async def stream(self, request):
         messages = list(request.messages)
@@ -657,7 +650,7 @@ def crash_trial(base: Path, store: str, seed: int, *, resume: str | None = None)
             if now - started > 60:
                 trial.failures.append("dsh never became ready")
                 return trial
-            time.sleep(0.003)
+            time.sleep(0.003)  # deliberate: polls output and clock, so the kill lands at kill_after
         os.kill(proc.pid, signal.SIGSTOP)
         wait_for(lambda: _threads_stopped(proc.pid), 10, "the stopped process")
         before = snapshot(workdir, store)
@@ -805,11 +798,7 @@ def user_lines(snap: Snapshot) -> list[str]:
 # -- a deterministic base log for the corruption tests ------------------------------------------
 
 
-@contextmanager
-def frozen_clock(start: int = 1_767_225_600_000, step: int = 7) -> Iterator[None]:
-    counter = iter(range(start, start + 10**9, step))
-    with mock.patch("dsh._clock.now_ms", lambda: next(counter)):
-        yield
+BASE_LOG_TIME = 1_767_225_600_000  # 2026-01-01T00:00:00Z, every event of the base log
 
 
 def build_base_log(
@@ -818,10 +807,10 @@ def build_base_log(
     """A real agent-loop log (JSONL bytes): three turns, the second with two echo calls, the
     third with one, on a frozen clock. With ``open_turn`` the log ends inside a fourth turn, after
     a logged tool call (the state a crash repair must close with an interrupted tool result)."""
-    from dsh.persistence import jsonl
-    from dsh.runtime import Context
-    from dsh.testing import Reply, ScriptedAdapter, mount_agent_loop
+    from dsh.testing import Reply
     from dsh.tools import echo
+    from tests.support.clock import frozen_clock
+    from tests.support.rig import make_rig
 
     replies = [
         Reply(text="Plain ré\u00e9ply \U0001f600 \\ \"q\"", deltas=4),
@@ -837,18 +826,13 @@ def build_base_log(
         lines = ("first", "second")
 
     async def go() -> bytes:
-        ctx = Context()
-        await mount_agent_loop(ctx)
-        await ctx.plugin(echo)
-        await ctx.plugin(jsonl, {"root": str(root)})
-        ScriptedAdapter(replies).register(ctx, "scripted")
-        agent = ctx.agent_loop.create("main", model="scripted", cwd="/home/dev/project", session_id=session_id)
+        rig = await make_rig(
+            *replies, store=str(root), plugins=[echo], agent_id="main", cwd="/home/dev/project", session_id=session_id
+        )
         for text in lines:
-            agent.send([{"type": "text", "text": text}])
-            await asyncio.sleep(0)
-            await agent.when_idle()
-        path = Path(ctx.session_store.locate(agent.session.header))
-        await ctx.dispose()
+            await rig.say(text)
+        path = Path(rig.store.locate(rig.session.header))
+        await rig.dispose()
         data = path.read_bytes()
         if open_turn:
             turn, step, seq = len(lines) + 1, 1, data.count(b"\n") - 1
@@ -865,7 +849,7 @@ def build_base_log(
             )
         return data
 
-    with frozen_clock():
+    with frozen_clock(BASE_LOG_TIME):
         return asyncio.run(go())
 
 

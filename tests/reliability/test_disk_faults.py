@@ -11,7 +11,6 @@ the missing events exactly once (the file equals the in-memory log, byte for byt
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import os
@@ -19,16 +18,14 @@ import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from dsh.persistence import jsonl, sqlite
 from dsh.persistence.jsonl import header_line
-from dsh.runtime import Context
 from dsh.session import encode_event
-from dsh.testing import Reply, ScriptedAdapter, mount_agent_loop
+from dsh.testing import Reply
 from dsh.tools import echo
+from tests.support.rig import Rig, make_rig
 
 
 def _mount(*args: str) -> bool:
@@ -102,43 +99,38 @@ def fill(folder: Path) -> Path:
     return filler
 
 
-class Rig:
-    """The agent spine, the echo tool, a scripted model and one store plugin on a Context."""
-
-    def __init__(self) -> None:
-        self.ctx = Context()
-        self.errors: list[BaseException] = []
-        self.agent: Any = None
-
-    async def start(self, store: str, location: Path, reply: Reply, *, checkpoints: bool = False) -> None:
-        # Checkpoints (writes before each model call) are off unless a test asks: these tests
-        # count the failures of turn-end flushes.
-        await mount_agent_loop(self.ctx, loop_config={"checkpointBeforeModel": checkpoints})
-        await self.ctx.plugin(echo)
-        if store == "jsonl":
-            await self.ctx.plugin(jsonl, {"root": str(location)})
-        else:
-            await self.ctx.plugin(sqlite, {"path": str(location)})
-        self.ctx.on("agent/error", lambda *args: self.errors.append(args[-1]))
-        ScriptedAdapter(default=reply).register(self.ctx, "scripted")
-        self.agent = self.ctx.agent_loop.create("main", model="scripted", cwd="/project")
+class DiskRig(Rig):
+    """The shared rig with the echo tool and a JSONL or SQLite store; ``main`` in ``/project``."""
 
     async def turn(self, text: str) -> None:
-        self.agent.send([{"type": "text", "text": text}])
-        await asyncio.sleep(0)
-        await self.agent.when_idle()
-        last = self.agent.session.events[-1]
+        await self.say(text)
+        last = self.session.events[-1]
         assert last.type == "turn/end" and last.data["reason"] == {"kind": "completed"}, last
 
     def expected_file(self) -> bytes:
-        session = self.agent.session
+        session = self.session
         return header_line(session.header) + b"\n" + b"".join(encode_event(e) + b"\n" for e in session.events)
 
     def expected_rows(self) -> list[bytes]:
-        return [encode_event(e) for e in self.agent.session.events]
+        return [encode_event(e) for e in self.session.events]
 
     def path(self) -> Path:
-        return Path(self.ctx.session_store.locate(self.agent.session.header))
+        return Path(self.store.locate(self.session.header))
+
+
+async def disk_rig(store: str, location: Path, reply: Reply, *, checkpoints: bool = False) -> DiskRig:
+    # Checkpoints (writes before each model call) are off unless a test asks: these tests count
+    # the failures of turn-end flushes.
+    return await make_rig(
+        default=reply,
+        loop_config={"checkpointBeforeModel": checkpoints},
+        store=str(location) if store == "jsonl" else f"sqlite:///{location}",
+        record=["agent/error"],
+        plugins=[echo],
+        agent_id="main",
+        cwd="/project",
+        rig_class=DiskRig,
+    )
 
 
 def _rows(path: Path, session_id: str) -> list[bytes]:
@@ -153,8 +145,7 @@ def _rows(path: Path, session_id: str) -> list[bytes]:
 
 
 async def test_disk_full_during_an_append_is_reported_then_written_once(small_fs: Path) -> None:
-    rig = Rig()
-    await rig.start("jsonl", small_fs / "sessions", Reply(text="y" * 3000, deltas=3))
+    rig = await disk_rig("jsonl", small_fs / "sessions", Reply(text="y" * 3000, deltas=3))
     try:
         await rig.turn("one")
         path = rig.path()
@@ -166,7 +157,7 @@ async def test_disk_full_during_an_append_is_reported_then_written_once(small_fs
             assert isinstance(rig.errors[-1], OSError) and rig.errors[-1].errno == errno.ENOSPC
             assert path.read_bytes() == durable, "a failed append left bytes behind"
         assert len(rig.errors) == 2
-        assert rig.agent.session.last_turn == 3
+        assert rig.session.last_turn == 3
         filler.unlink()
         await rig.turn("four")
         assert len(rig.errors) == 2
@@ -178,8 +169,7 @@ async def test_disk_full_during_an_append_is_reported_then_written_once(small_fs
 
 
 async def test_disk_full_with_checkpoints_keeps_a_clean_prefix_then_writes_once(small_fs: Path) -> None:
-    rig = Rig()
-    await rig.start("jsonl", small_fs / "sessions", Reply(text="y" * 3000, deltas=3), checkpoints=True)
+    rig = await disk_rig("jsonl", small_fs / "sessions", Reply(text="y" * 3000, deltas=3), checkpoints=True)
     try:
         await rig.turn("one")
         path = rig.path()
@@ -204,8 +194,7 @@ async def test_disk_full_at_the_first_flush_leaves_no_file_then_materialises(sma
     root = small_fs / "sessions"
     (root / ".locks").mkdir(parents=True)
     filler = fill(small_fs)
-    rig = Rig()
-    await rig.start("jsonl", root, Reply(text="z" * 2000, deltas=2))
+    rig = await disk_rig("jsonl", root, Reply(text="z" * 2000, deltas=2))
     try:
         await rig.turn("one")
         assert isinstance(rig.errors[-1], OSError) and rig.errors[-1].errno == errno.ENOSPC
@@ -225,11 +214,10 @@ async def test_sqlite_disk_full_is_rolled_back_then_written_once(tmp_path: Path)
 
 async def _sqlite_disk_full(small_fs: Path) -> None:
     db = small_fs / "db" / "sessions.sqlite3"
-    rig = Rig()
-    await rig.start("sqlite", db, Reply(text="w" * 3000, deltas=3))
+    rig = await disk_rig("sqlite", db, Reply(text="w" * 3000, deltas=3))
     try:
         await rig.turn("one")
-        session_id = rig.agent.session.id
+        session_id = rig.session.id
         assert _rows(db, session_id) == rig.expected_rows()
         durable = _rows(db, session_id)
         filler = fill(small_fs)
@@ -249,8 +237,7 @@ async def _sqlite_disk_full(small_fs: Path) -> None:
 async def test_unwritable_store_folder_then_restored(tmp_path: Path) -> None:
     root = tmp_path / "sessions"
     root.mkdir()
-    rig = Rig()
-    await rig.start("jsonl", root, Reply(text="p" * 500, deltas=2))
+    rig = await disk_rig("jsonl", root, Reply(text="p" * 500, deltas=2))
     try:
         with read_only(root) as how:
             await rig.turn("one")

@@ -21,16 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh.persistence import jsonl
 from dsh.persistence.base import InvalidSessionId, SessionNotFound
 from dsh.persistence.jsonl import JsonlStore
 from dsh.persistence.sqlite import SqliteStore
-from dsh.runtime import Context
 from dsh.runtime.loader import LoadError, parse_config
 from dsh.session import Session
-from dsh.testing import Reply, ScriptedAdapter, mount_agent_loop
+from dsh.testing import Reply
 from dsh.tools import echo
 from tests.reliability.support import run_dsh, scratch_dir
+from tests.support.rig import Rigs
 
 # -- session ids -------------------------------------------------------------------------------
 
@@ -268,49 +267,46 @@ ARGUMENTS = {
 
 
 @pytest.mark.parametrize("kind", list(ARGUMENTS))
-async def test_hostile_tool_arguments_are_contained(tmp_path: Path, kind: str) -> None:
+async def test_hostile_tool_arguments_are_contained(tmp_path: Path, kind: str, rigs: Rigs) -> None:
     arguments = ARGUMENTS[kind]
-    ctx = Context()
-    await mount_agent_loop(ctx)
-    await ctx.plugin(echo)
-    await ctx.plugin(jsonl, {"root": str(tmp_path / "sessions")})
-    errors: list[Any] = []
-    ctx.on("agent/error", lambda *args: errors.append(args[-1]))
-    adapter = ScriptedAdapter(
-        [Reply(text="calling", tool_calls=[("call-1", "echo", arguments)]), Reply(text="done")],
+    rig = await rigs.make(
+        Reply(text="calling", tool_calls=[("call-1", "echo", arguments)]),
+        Reply(text="done"),
         default=Reply(text="again"),
+        store=str(tmp_path / "sessions"),
+        record=["agent/error"],
+        plugins=[echo],
+        agent_id="main",
+        cwd="/project",
     )
-    adapter.register(ctx, "scripted")
-    agent = ctx.agent_loop.create("main", model="scripted", cwd="/project")
-    try:
-        for text in ("go", "and again"):
-            agent.send([{"type": "text", "text": text}])
-            await asyncio.sleep(0)
-            await asyncio.wait_for(agent.when_idle(), 60)
-        events = agent.session.events
-        calls = [e for e in events if e.type == "tool/call"]
-        results = [e for e in events if e.type == "tool/result"]
-        assert [c.data["arguments"] for c in calls] == [arguments]
-        assert [r.data["callId"] for r in results] == ["call-1"], "every tool call gets exactly one result"
-        ends = [e.data["reason"] for e in events if e.type == "turn/end"]
-        assert ends == [{"kind": "completed"}, {"kind": "completed"}], (ends, errors)
-        assert not errors
-        result = results[0].data
-        text = result["content"][0]["text"]
-        if kind == "huge-valid":
-            assert not result["isError"] and text == "ECHO: " + "X" * FIVE_MB
-        elif kind == "duplicate-keys":  # valid JSON: the last key wins, as in every JSON parser
-            assert not result["isError"] and text == "ECHO: B"
-        elif kind == "lone-surrogate":  # echo accepts it; the log cannot hold its result
-            assert result["isError"] and "cannot record" in text
-            assert result["error"] == {"name": "InvalidToolResult", "code": "INVALID_TOOL_RESULT"}
-        else:
-            # Refused by the registry's schema check before the tool runs, in one short line.
-            assert result["isError"] and text.startswith('Error: invalid arguments for tool "echo": '), text[:200]
-            assert len(text) < 200 and result["error"]["code"] == "INVALID_ARGUMENTS", text[:200]
-        path = Path(ctx.session_store.locate(agent.session.header))
-    finally:
-        await ctx.dispose()
+    agent = rig.main
+    for text in ("go", "and again"):
+        agent.send([{"type": "text", "text": text}])
+        await asyncio.sleep(0)
+        await asyncio.wait_for(agent.when_idle(), 60)
+    events = agent.session.events
+    calls = [e for e in events if e.type == "tool/call"]
+    results = [e for e in events if e.type == "tool/result"]
+    assert [c.data["arguments"] for c in calls] == [arguments]
+    assert [r.data["callId"] for r in results] == ["call-1"], "every tool call gets exactly one result"
+    ends = [e.data["reason"] for e in events if e.type == "turn/end"]
+    assert ends == [{"kind": "completed"}, {"kind": "completed"}], (ends, rig.errors)
+    assert not rig.errors
+    result = results[0].data
+    text = result["content"][0]["text"]
+    if kind == "huge-valid":
+        assert not result["isError"] and text == "ECHO: " + "X" * FIVE_MB
+    elif kind == "duplicate-keys":  # valid JSON: the last key wins, as in every JSON parser
+        assert not result["isError"] and text == "ECHO: B"
+    elif kind == "lone-surrogate":  # echo accepts it; the log cannot hold its result
+        assert result["isError"] and "cannot record" in text
+        assert result["error"] == {"name": "InvalidToolResult", "code": "INVALID_TOOL_RESULT"}
+    else:
+        # Refused by the registry's schema check before the tool runs, in one short line.
+        assert result["isError"] and text.startswith('Error: invalid arguments for tool "echo": '), text[:200]
+        assert len(text) < 200 and result["error"]["code"] == "INVALID_ARGUMENTS", text[:200]
+    path = Path(rig.store.locate(agent.session.header))
+    await rig.dispose()
     # The log with the hostile arguments in it loads back exactly.
     store = JsonlStore(tmp_path / "sessions")
     try:

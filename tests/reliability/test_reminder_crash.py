@@ -12,15 +12,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.apps.conftest import dsh_env, run_dsh, session_files
-from tests.apps.test_reminders_e2e import events_of, text, tool_call
+from tests.apps.test_reminders_e2e import events_of, text, tool_call, wait_until_due
 from tests.llm.sse_server import Reply, SSEServer
+from tests.support.wait import wait_until_sync
 
 pytestmark = pytest.mark.slow
 
@@ -44,18 +44,15 @@ def test_sigkill_between_delivery_and_dispatch_repeats_and_never_loses(tmp_path:
         chat = run_dsh(["chat", *opts], workdir, stdin="remind me in 1 s to call the bank\n")
         assert chat.returncode == 0, chat.stderr
         [log] = session_files(workdir)
-        time.sleep(1.1)  # let it fall due
+        wait_until_due(log)
 
         server.push(Reply.hanging(120))
         victim = subprocess.Popen([sys.executable, "-m", "dsh", "reminders", "run", "--once", *opts],
                                   cwd=workdir, env=dsh_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 60
-        while not framings(events_of(log)):  # the framing is checkpointed before the model call
-            assert time.monotonic() < deadline and victim.poll() is None
-            time.sleep(0.05)
-        while len(server.requests) < 2 + 1:  # and the model has been asked
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        # The framing is checkpointed before the model call, and the model has been asked.
+        wait_until_sync(lambda: framings(events_of(log)) or victim.poll() is not None, 60, "the framing")
+        assert victim.poll() is None, victim.communicate()
+        wait_until_sync(lambda: len(server.requests) >= 2 + 1, 60, "the reminder turn's model call")
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(timeout=30)
         crashed = events_of(log)

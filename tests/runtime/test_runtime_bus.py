@@ -48,7 +48,7 @@ async def test_serial_awaits_in_order_and_mixes_sync_and_async() -> None:
     order: list[str] = []
 
     async def slow(x: int) -> None:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a slow handler (scripted): serial must wait for it
         order.append(f"slow{x}")
 
     ctx.on("e", slow)
@@ -170,14 +170,14 @@ async def test_parallel_raises_first_failure_after_all_settle() -> None:
     finished: list[str] = []
 
     async def fails_late() -> None:
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # scripted: fails after the early failure
         raise ValueError("late")
 
     async def fails_early() -> None:
         raise KeyError("early")
 
     async def succeeds() -> None:
-        await asyncio.sleep(0.04)
+        await asyncio.sleep(0.04)  # scripted: settles last, and parallel must wait for it
         finished.append("ok")
 
     ctx.on("p", fails_late)

@@ -399,7 +399,7 @@ async def test_dependents_apply_after_their_provider_finished_applying() -> None
 
     async def provider_apply(c: Context, config: object) -> None:
         c.provide("svc", 1)
-        await asyncio.sleep(0.01)  # the dependent must not be applied during this gap
+        await asyncio.sleep(0.01)  # deliberate: the dependent must not be applied during this gap
         log.append("provider done")
 
     await ctx.plugin(make_plugin("dep", lambda c, cfg: log.append("dep applied"), inject=["svc"]))
@@ -429,7 +429,7 @@ async def test_service_provided_later_by_a_background_task() -> None:
 
     def apply(c: Context, config: object) -> None:
         async def later() -> None:
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # scripted: the service arrives after apply returned
             c.provide("late", "ok")
 
         started.append(asyncio.create_task(later()))

@@ -182,7 +182,7 @@ async def test_cancellation_propagates() -> None:
 
     async def hang(args: Any, call: ToolCall) -> Any:
         started.set()
-        await asyncio.sleep(3600)
+        await asyncio.sleep(3600)  # a tool that hangs (scripted) until cancelled
 
     reg.register(define_tool(name="hang", description="", execute=hang))
     task = asyncio.create_task(reg.execute(call_id="1", name="hang", arguments={}))

@@ -20,6 +20,7 @@ from acp.stdio import spawn_agent_process
 from tests.apps.conftest import dsh_env
 from tests.llm.sse_server import Reply, chunk
 from tests.mcp.conftest import SERVER, alive
+from tests.support.wait import wait_until
 
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
@@ -149,6 +150,4 @@ def kill9(proc: asyncio.subprocess.Process) -> None:
 
 async def gone(pid: int, timeout: float = 60) -> None:
     """Wait until process ``pid`` has ended (a server stopped by dsh is waited for by its guard)."""
-    async with asyncio.timeout(timeout):
-        while alive(pid):
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: not alive(pid), timeout, f"process {pid} to end")

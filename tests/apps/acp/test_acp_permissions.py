@@ -10,6 +10,7 @@ from acp import schema
 
 from dsh.apps.acp.permissions import ClientAsker
 from dsh.runtime import AbortController
+from tests.support.wait import wait_until
 
 
 class Client:
@@ -33,8 +34,8 @@ def request(signal: Any = None) -> Any:
     )
 
 
-async def ask(answer: Any, timeout: float = 5, signal: Any = None) -> str:
-    asker = ClientAsker(Client(answer), lambda agent: ("s1", "/w"), timeout=timeout)
+async def ask(answer: Any, timeout: float = 5, signal: Any = None, client: Client | None = None) -> str:
+    asker = ClientAsker(client or Client(answer), lambda agent: ("s1", "/w"), timeout=timeout)
     return await asker(request(signal))
 
 
@@ -49,8 +50,9 @@ async def test_answers_and_failures() -> None:
 
 async def test_an_aborted_turn_cancels_the_open_question() -> None:
     controller = AbortController()
-    pending = asyncio.ensure_future(ask("hang", signal=controller.signal))
-    await asyncio.sleep(0.01)
+    client = Client("hang")
+    pending = asyncio.ensure_future(ask("hang", signal=controller.signal, client=client))
+    await wait_until(lambda: client.asked, what="the question to be open")
     controller.abort("cancelled by the client")
     assert await asyncio.wait_for(pending, 5) == "cancelled"
     done = AbortController()

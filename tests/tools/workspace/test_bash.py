@@ -11,6 +11,7 @@ from typing import Any
 
 import psutil
 import pytest
+from tests.support.wait import wait_until
 from ws_support import needs_bwrap
 
 from dsh.runtime import AbortController
@@ -36,12 +37,7 @@ def _marked(marker: str) -> list[int]:
 
 
 async def _wait_gone(predicate: Any, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return predicate()
+    return await wait_until(predicate, timeout, check=False)
 
 
 async def test_output_stderr_and_exit_code(make_ws: Any) -> None:
@@ -83,10 +79,7 @@ async def test_cancel_kills_the_group(make_ws: Any) -> None:
     task = asyncio.ensure_future(
         ws.run("bash", {"command": f"sleep 302 & echo $! > {pidfile}; wait", "description": "t"}, signal=controller.signal)
     )
-    for _ in range(100):
-        if pidfile.exists() and pidfile.read_text().strip():
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the pid file")
     controller.abort("interrupted by the user")
     result = await task
     assert result.is_error and result.content[0]["text"] == "Error: tool call aborted"
@@ -98,10 +91,7 @@ async def test_task_cancellation_kills_the_group(make_ws: Any) -> None:
     ws = await make_ws(**UNCONFINED)
     pidfile = ws.root / "pids"
     task = asyncio.ensure_future(ws.run("bash", {"command": f"echo $$ > {pidfile}; sleep 303", "description": "t"}))
-    for _ in range(100):
-        if pidfile.exists() and pidfile.read_text().strip():
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the pid file")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from tests.apps.conftest import run_dsh, session_files
 from tests.llm.sse_server import Reply, SSEServer, chunk
+from tests.support.wait import wait_until_sync
 from ws_support import needs_bwrap
 
 pytestmark = [pytest.mark.slow, needs_bwrap]
@@ -163,9 +164,8 @@ def test_ctrl_c_during_long_bash_aborts_with_no_orphan(tmp_path: Path, sandbox: 
         chat = Interactive(["chat", *extra], repo, **NO_PROXY)
         try:
             chat.send("sleep\n")
-            deadline = time.monotonic() + 120  # a loaded CI box can take this long to start dsh
-            while len(marked()) < 2 and time.monotonic() < deadline and chat.proc.poll() is None:
-                time.sleep(0.05)
+            # A loaded CI box can take this long to start dsh.
+            wait_until_sync(lambda: len(marked()) >= 2 or chat.proc.poll() is not None, 120, check=False)
             if len(marked()) < 2:
                 chat.proc.kill()
                 raise AssertionError(f"the command never started: {chat.close()}")
@@ -176,9 +176,7 @@ def test_ctrl_c_during_long_bash_aborts_with_no_orphan(tmp_path: Path, sandbox: 
             if chat.proc.poll() is None:
                 chat.proc.kill()
     assert rc == 0, err
-    deadline = time.monotonic() + 5
-    while marked() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until_sync(lambda: not marked(), 5, check=False)
     assert marked() == []
     [log] = session_files(repo)
     events = events_of(log)
@@ -225,9 +223,8 @@ def test_commands_die_with_a_killed_dsh(tmp_path: Path, sandbox: str) -> None:
         chat = Interactive(["chat", "--config", str(config)], repo, **NO_PROXY)
         try:
             chat.send("sleep\n")
-            deadline = time.monotonic() + 120  # a loaded CI box can take this long to start dsh
-            while len(marked()) < want and time.monotonic() < deadline and chat.proc.poll() is None:
-                time.sleep(0.05)
+            # A loaded CI box can take this long to start dsh.
+            wait_until_sync(lambda: len(marked()) >= want or chat.proc.poll() is not None, 120, check=False)
             if len(marked()) < want:
                 chat.proc.kill()
                 raise AssertionError(f"the command never started: {chat.close()}")
@@ -236,7 +233,5 @@ def test_commands_die_with_a_killed_dsh(tmp_path: Path, sandbox: str) -> None:
         finally:
             if chat.proc.poll() is None:
                 chat.proc.kill()
-    deadline = time.monotonic() + 5
-    while marked() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until_sync(lambda: not marked(), 5, check=False)
     assert marked() == []

@@ -3,11 +3,11 @@ isolation, "lost" after the process that ran them is gone, and no job outliving 
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
 import psutil
+from tests.support.wait import wait_until
 from ws_support import Workspace, make_agent
 
 UNCONFINED = {"sandbox": "danger-full-access", "askUnconfinedBash": False}
@@ -41,10 +41,7 @@ async def test_kill_and_isolation(make_ws: Any) -> None:
     hidden = await other.run("job_output", {"job_id": job})
     assert hidden.is_error and "unknown job" in hidden.content[0]["text"]
     assert await other.text("job_list", {}) == "(no background jobs)"
-    for _ in range(100):
-        if (ws.root / "pid").exists() and (ws.root / "pid").read_text().strip():
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(lambda: (ws.root / "pid").exists() and (ws.root / "pid").read_text().strip(), what="the pid file")
     pid = int((ws.root / "pid").read_text())
     killed = await ws.text("job_kill", {"job_id": job, "reason": "done with it"})
     assert killed.startswith(f"job {job} killed") and killed.endswith("[status: killed]")
@@ -61,10 +58,7 @@ async def test_jobs_die_with_the_plugin_and_are_lost_on_resume(make_ws: Any) -> 
         {"turn": 1, "step": 1, "callId": "c1", "content": [{"type": "text", "text": f"started background job {job}\njob_id: {job}"}], "isError": False},
         surface_op="append",
     )
-    for _ in range(100):
-        if (ws.root / "pid").exists() and (ws.root / "pid").read_text().strip():
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(lambda: (ws.root / "pid").exists() and (ws.root / "pid").read_text().strip(), what="the pid file")
     pid = int((ws.root / "pid").read_text())
     await ws.ctx.dispose()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
