@@ -289,6 +289,7 @@ def patched_clock() -> Iterator[list[int]]:
         yield clock
 
 
+@pytest.mark.slow
 @settings(
     max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -26,6 +26,7 @@ def text(t: str) -> schema.TextContentBlock:
     return schema.TextContentBlock(type="text", text=t)
 
 
+@pytest.mark.sigkill
 async def test_echo_session_survives_kill9(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
