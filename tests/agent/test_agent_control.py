@@ -27,6 +27,7 @@ def _has_delta(session: Any) -> bool:
 # -- cancel --------------------------------------------------------------------------------------
 
 
+@pytest.mark.perf
 async def test_cancel_during_a_slow_stream_aborts_promptly_with_the_reason() -> None:
     rig = await make_rig(SLOW, "next")
     try:
@@ -65,6 +66,7 @@ async def test_cancel_default_reason_is_cancelled() -> None:
         await rig.ctx.dispose()
 
 
+@pytest.mark.perf
 async def test_cancel_during_a_slow_tool_records_its_result_and_aborts() -> None:
     started = asyncio.Event()
     signals: list[AbortSignal] = []
@@ -418,6 +420,7 @@ async def test_when_idle_semantics() -> None:
 # -- disposal ------------------------------------------------------------------------------------
 
 
+@pytest.mark.perf
 async def test_disposing_mid_turn_ends_it_disposed() -> None:
     rig = await make_rig(SLOW)
     rig.record("agent/disposed", "agent/status")

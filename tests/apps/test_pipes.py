@@ -31,6 +31,7 @@ def session_id(workdir: Path) -> str:
     return log.stem
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [
@@ -54,6 +55,7 @@ def test_every_command_exits_quietly_when_stdout_is_closed(workdir: Path, sessio
     assert result.stderr == b""
 
 
+@pytest.mark.slow
 def test_chat_into_head_stops_cleanly(workdir: Path) -> None:
     lines = "".join(f"line {i}\n" for i in range(200))
     script = 'printf "%s" "$LINES_IN" | "$PY" -m dsh chat 2>err.txt | head -2 >/dev/null; echo "${PIPESTATUS[1]}"'

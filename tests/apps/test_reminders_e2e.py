@@ -9,6 +9,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.apps.conftest import run_dsh, session_files
 from tests.llm.sse_server import Reply, SSEServer, chunk
 from tests.support.wait import wait_until_sync
@@ -56,6 +58,7 @@ def wait_until_due(log: Path, timeout: float = 30) -> None:
     wait_until_sync(lambda: time.time_ns() // 1_000_000 >= due, timeout, "the reminder to fall due")
 
 
+@pytest.mark.slow
 def test_chat_creates_a_reminder_and_the_worker_delivers_it_once(workdir: Path) -> None:
     with SSEServer() as server:
         server.push(
@@ -132,6 +135,7 @@ def test_chat_creates_a_reminder_and_the_worker_delivers_it_once(workdir: Path) 
         assert "⏰ schedule dispatched schedule-1" in shown.stdout
 
 
+@pytest.mark.slow
 def test_a_corrupt_schedule_log_is_refused_at_load_and_left_untouched(workdir: Path) -> None:
     chat = run_dsh(["chat"], workdir, stdin="hello\n")
     assert chat.returncode == 0, chat.stderr
@@ -162,6 +166,7 @@ def test_a_corrupt_schedule_log_is_refused_at_load_and_left_untouched(workdir: P
     assert shown.returncode == 0 and "⏰ schedule dispatched schedule-3" in shown.stdout
 
 
+@pytest.mark.slow
 def test_the_worker_keeps_running_and_delivers_a_reminder_of_a_session_closed_meanwhile(workdir: Path) -> None:
     import signal
     import subprocess
@@ -199,6 +204,7 @@ def test_the_worker_keeps_running_and_delivers_a_reminder_of_a_session_closed_me
         assert "Time to water the plants." in json.dumps(events_of(log))
 
 
+@pytest.mark.slow
 def test_a_reminder_whose_turn_fails_stays_due_and_is_delivered_by_the_next_run(workdir: Path) -> None:
     with SSEServer() as server:
         opts = ["--base-url", server.base_url, "--model", "test-model"]
@@ -231,6 +237,7 @@ NO_SCHEDULE = """\
 """
 
 
+@pytest.mark.slow
 def test_the_worker_skips_a_session_open_in_another_process(workdir: Path) -> None:
     from tests.apps.conftest import Interactive
 

@@ -108,6 +108,7 @@ def test_two_workers_deliver_fifty_reminders_exactly_once(workdir: Path, schema:
     assert "delivered" not in out
 
 
+@pytest.mark.sigkill
 def test_a_worker_killed_mid_run_loses_no_reminder(workdir: Path, schema: str) -> None:
     ids = asyncio.run(_seed(schema, 50))
     config = _config(workdir, schema)

@@ -14,7 +14,7 @@ from tests.apps.pty_screen import Terminal
 from tests.apps.test_reminders_e2e import events_of, text, tool_call
 from tests.llm.sse_server import SSEServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.pty, pytest.mark.slow]
 
 
 def test_a_reminder_fires_while_the_prompt_is_idle(workdir: Path) -> None:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.apps.big_session import write_big_session
 from tests.apps.conftest import bucket, dsh_env, run_dsh, session_files
 
@@ -30,6 +32,7 @@ def corrupt_turn_2(log: Path) -> int:
     return index + 1
 
 
+@pytest.mark.slow
 def test_corrupt_session_error_list_mark_and_salvage(workdir: Path) -> None:
     log = two_turns(workdir)
     line = corrupt_turn_2(log)
@@ -61,6 +64,7 @@ def test_corrupt_session_error_list_mark_and_salvage(workdir: Path) -> None:
     assert json.loads(again.stdout)["sessionId"] == new.stem and json.loads(again.stdout)["turn"] == 2
 
 
+@pytest.mark.slow
 def test_salvage_refuses_when_no_turn_is_intact(workdir: Path) -> None:
     assert run_dsh(["run", "only"], workdir).returncode == 0
     [log] = session_files(workdir)
@@ -72,6 +76,7 @@ def test_salvage_refuses_when_no_turn_is_intact(workdir: Path) -> None:
     assert "nothing to salvage" in result.stderr and len(session_files(workdir)) == 1
 
 
+@pytest.mark.slow
 def test_import_repairs_a_torn_tail_exactly_as_load_does(workdir: Path, tmp_path: Path) -> None:
     log = two_turns(workdir)
     lines = log.read_bytes().split(b"\n")
@@ -96,6 +101,7 @@ def test_import_repairs_a_torn_tail_exactly_as_load_does(workdir: Path, tmp_path
     assert copy.read_bytes() == target.read_bytes()
 
 
+@pytest.mark.slow
 def test_import_refuses_empty_and_foreign_files(tmp_path: Path) -> None:
     cases = {
         "empty.jsonl": (b"", "the file is empty"),
@@ -128,6 +134,7 @@ def peak_rss_mb(args: list[str], cwd: Path, env: dict[str, str]) -> int:
     return int(kib) // 1024
 
 
+@pytest.mark.slow
 def test_requests_json_memory_is_bounded_by_the_log_on_100k_events(tmp_path: Path) -> None:
     root = tmp_path / "home" / "sessions"
     log = write_big_session(root, tmp_path, "main-session-big", turns=250, chunks=392)

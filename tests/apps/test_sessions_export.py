@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from dsh.persistence.jsonl import JsonlStore
 from tests.apps.conftest import run_dsh
 from tests.persistence.store_support import make_session, persist
@@ -26,6 +28,7 @@ def _log_with_foreign_spelling(root: Path) -> tuple[str, Path]:
     return session.id, path
 
 
+@pytest.mark.slow
 def test_export_returns_the_stored_bytes(tmp_path: Path) -> None:
     session_id, path = _log_with_foreign_spelling(tmp_path / "s")
     out = run_dsh(["sessions", "export", session_id, "--root", str(tmp_path / "s")], tmp_path)

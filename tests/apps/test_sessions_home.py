@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dsh.cli import build_parser
 from tests.apps.conftest import bucket, dsh_env, run_dsh
 
@@ -28,6 +30,7 @@ def run_json(cwd: Path, home: dict[str, str], *args: str) -> dict[str, object]:
     return obj
 
 
+@pytest.mark.slow
 def test_two_folders_share_the_home_and_list_their_own(tmp_path: Path) -> None:
     a, b, home = folders(tmp_path)
     a1 = run_json(a, home, "first in alpha")["sessionId"]
@@ -55,6 +58,7 @@ def test_two_folders_share_the_home_and_list_their_own(tmp_path: Path) -> None:
     assert run_json(a, home, "--continue", "again")["sessionId"] == a2
 
 
+@pytest.mark.slow
 def test_any_unique_prefix_works_and_an_ambiguous_one_lists_candidates(tmp_path: Path) -> None:
     a, _, home = folders(tmp_path)
     ids = [str(run_json(a, home, f"prompt {i}")["sessionId"]) for i in range(2)]
@@ -75,6 +79,7 @@ def test_any_unique_prefix_works_and_an_ambiguous_one_lists_candidates(tmp_path:
     assert "[main turn 2]" in chat.stdout
 
 
+@pytest.mark.slow
 def test_xdg_data_home_is_the_default_home(tmp_path: Path) -> None:
     env = dsh_env(XDG_DATA_HOME=str(tmp_path / "xdg"))
     env.pop("DSH_HOME")
@@ -86,6 +91,7 @@ def test_xdg_data_home_is_the_default_home(tmp_path: Path) -> None:
     assert list(bucket(tmp_path / "xdg" / "dsh" / "sessions", cwd).glob("*.jsonl"))
 
 
+@pytest.mark.slow
 def test_root_still_chooses_a_project_local_store(tmp_path: Path) -> None:
     a, _, home = folders(tmp_path)
     assert run_dsh(["run", "local", "--root", ".sessions"], a, **home).returncode == 0
@@ -95,6 +101,7 @@ def test_root_still_chooses_a_project_local_store(tmp_path: Path) -> None:
     assert [r["title"] for r in json.loads(listed.stdout)] == ["local"]
 
 
+@pytest.mark.slow
 def test_show_has_model_usage_and_the_zone_of_its_times(tmp_path: Path) -> None:
     a, _, home = folders(tmp_path)
     sid = str(run_json(a, home, "echo 你好")["sessionId"])
@@ -128,6 +135,7 @@ def test_every_option_has_help_text() -> None:
     assert missing == []
 
 
+@pytest.mark.slow
 def test_time_zone_and_plugin_errors_are_one_clean_line(tmp_path: Path) -> None:
     bogus = run_dsh(["run", "hi"], tmp_path, TZ="Nowhere/Bogus")
     assert bogus.returncode == 2

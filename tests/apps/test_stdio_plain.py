@@ -7,6 +7,8 @@ import re
 import stat
 from pathlib import Path
 
+import pytest
+
 from tests.apps.conftest import Interactive, run_dsh, session_files
 from tests.fixtures import FIXTURES
 
@@ -55,6 +57,7 @@ def events_of(path: Path) -> list[dict]:
     return [json.loads(line) for line in lines[1:]]
 
 
+@pytest.mark.slow
 def test_two_turns_match_the_reference_transcript_and_log(workdir: Path) -> None:
     (workdir / "dsh.yml").write_text(E2E_CONFIG)
     chat = Interactive(["chat", "--config", "dsh.yml"], workdir)
@@ -108,6 +111,7 @@ def test_tool_call_transcript_is_byte_identical(workdir: Path) -> None:
     assert types == reference
 
 
+@pytest.mark.slow
 def test_default_composition_prints_a_reply(workdir: Path) -> None:
     result = run_dsh(["chat"], workdir, stdin="hello\n")
     assert result.returncode == 0, result.stderr
@@ -134,6 +138,7 @@ def test_queued_lines_all_get_answered_before_exit(workdir: Path) -> None:
     assert events[-1]["type"] == "turn/end"
 
 
+@pytest.mark.slow
 def test_resume_and_continue_extend_the_same_log(workdir: Path) -> None:
     first = run_dsh(["chat"], workdir, stdin="first\n")
     assert first.returncode == 0, first.stderr
@@ -162,6 +167,7 @@ def test_resume_and_continue_extend_the_same_log(workdir: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_steering_while_running(workdir: Path) -> None:
     (workdir / "dsh.yml").write_text(E2E_CONFIG.replace("delayMs: 0", "delayMs: 20"))
     chat = Interactive(["chat", "--config", "dsh.yml"], workdir)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from dsh.plugins import turn_outcome
 from dsh.session import Event
 from tests.apps.conftest import run_dsh, session_files
@@ -19,6 +21,7 @@ def _user_texts(request: dict) -> list[str]:
             and not str(m["content"]).startswith("<system-reminder>")]
 
 
+@pytest.mark.slow
 def test_a_failed_turn_is_explained_once_at_the_start_of_the_next(workdir: Path) -> None:
     with SSEServer() as server:
         server.push(
@@ -52,6 +55,7 @@ def test_a_failed_turn_is_explained_once_at_the_start_of_the_next(workdir: Path)
     assert events[start2 + 1]["data"]["source"] == {"kind": "plugin", "plugin": "turn-outcome"}
 
 
+@pytest.mark.slow
 def test_a_good_run_gets_no_note(workdir: Path) -> None:
     done = run_dsh(["chat", "--plain"], workdir, stdin="one\ntwo\n")
     assert done.returncode == 0

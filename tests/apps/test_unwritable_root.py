@@ -10,6 +10,7 @@ from tests.apps.conftest import run_dsh
 from tests.apps.test_terminal import Pty
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("root", "message"),
     [

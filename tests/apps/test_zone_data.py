@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tzdata  # type: ignore[import-untyped]
 
 from dsh import _zones
@@ -31,6 +32,7 @@ def test_the_newer_data_wins() -> None:
     assert not _zones.choose("2025b", "/usr/share/zoneinfo", None).from_package
 
 
+@pytest.mark.slow
 def test_casablanca_in_december_2026_is_utc_in_a_real_session(workdir: Path) -> None:
     # Morocco's 2026 rules: the newest data (and the reference) say +00:00 on 2026-12-01; the
     # 2025b data Debian ships says +01:00. With either data source newer than 2025b this holds.

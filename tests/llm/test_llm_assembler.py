@@ -137,6 +137,7 @@ def test_interrupted_blocks_keep_only_non_blank_text() -> None:
     ]
 
 
+@pytest.mark.perf
 def test_fast_enough_for_per_chunk_use() -> None:
     chunks = [{"type": "text-delta", "index": i % 3, "text": "x"} for i in range(100_000)]
     start = time.perf_counter()
@@ -183,6 +184,7 @@ def deltas_for(index: int, block: dict[str, Any], cuts: list[int]) -> list[dict[
     return [{"type": kind, "index": index, "text": p} for p in split(block["text"], cuts)]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     blocks=st.lists(block_strategy, max_size=5),

@@ -173,6 +173,7 @@ def assert_seqs_contiguous(events: list[dict[str, Any]]) -> None:
 # --------------------------------------------------------------------------- tests
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("debug", [False, True], ids=["plain", "debug-logs"])
 def test_tool_calling_turn_with_time_context_over_base_url(
     sse_server: SSEServer, workdir: Path, tmp_path: Path, debug: bool
@@ -248,6 +249,7 @@ def test_tool_calling_turn_with_time_context_over_base_url(
     assert_key_nowhere(tmp_path, result.stdout, result.stderr)
 
 
+@pytest.mark.slow
 def test_deepseek_model_needs_no_config_file(
     sse_server: SSEServer, workdir: Path, tmp_path: Path
 ) -> None:
@@ -283,6 +285,7 @@ def test_deepseek_model_needs_no_config_file(
     assert_key_nowhere(tmp_path, result.stdout, result.stderr)
 
 
+@pytest.mark.slow
 def test_errors_end_the_turn_and_the_next_prompt_works(
     sse_server: SSEServer, spawn: Callable[..., Interactive], workdir: Path, tmp_path: Path
 ) -> None:
@@ -347,6 +350,7 @@ def test_errors_end_the_turn_and_the_next_prompt_works(
     assert_key_nowhere(tmp_path, out, err)
 
 
+@pytest.mark.slow
 def test_ctrl_c_closes_the_stream_and_aborts_the_turn(
     sse_server: SSEServer, spawn: Callable[..., Interactive], workdir: Path, tmp_path: Path
 ) -> None:
@@ -396,6 +400,7 @@ def test_ctrl_c_closes_the_stream_and_aborts_the_turn(
     assert_key_nowhere(tmp_path, out, err)
 
 
+@pytest.mark.slow
 def test_missing_api_key_is_a_one_line_usage_error(workdir: Path) -> None:
     # dsh_env drops every DEEPSEEK_* variable of the calling environment.
     result = run_dsh(["chat", "--model", "deepseek-v4-flash"], workdir, stdin="hello\n", **NO_PROXY)

@@ -58,6 +58,7 @@ def free_port() -> int:
         return port
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("replies", "cause"),
     [
@@ -84,6 +85,7 @@ def test_a_failed_turn_exits_1_and_names_endpoint_and_cause(
     assert turn_end_reasons(workdir)[-1]["kind"] == "error"
 
 
+@pytest.mark.slow
 def test_connection_refused_exits_1(workdir: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     result = chat(workdir, url)
@@ -130,6 +132,7 @@ def spawn(workdir: Path) -> Iterator[Callable[[list[str]], Interactive]]:
                     pipe.close()
 
 
+@pytest.mark.slow
 def test_success_exits_0_and_only_the_last_turn_counts(
     workdir: Path, sse_server: SSEServer, spawn: Callable[[list[str]], Interactive]
 ) -> None:
@@ -158,6 +161,7 @@ def test_success_exits_0_and_only_the_last_turn_counts(
     assert rc == 1, (out, err)
 
 
+@pytest.mark.slow
 def test_a_stalled_stream_ends_the_turn_at_the_timeout(workdir: Path, sse_server: SSEServer) -> None:
     # One chunk, then nothing for far longer than --timeout.
     sse_server.push(Reply.sse([chunk(content="a"), chunk(content="b", finish="stop")], delay=60))
@@ -183,6 +187,7 @@ def test_timeout_without_a_remote_model_is_refused(workdir: Path) -> None:
     assert "--timeout applies to openai-llm models" in last_error(result.stderr)
 
 
+@pytest.mark.slow
 def test_resume_keeps_the_recorded_model_and_takes_the_endpoint_from_flags(
     workdir: Path, sse_server: SSEServer
 ) -> None:
@@ -206,6 +211,7 @@ def test_resume_keeps_the_recorded_model_and_takes_the_endpoint_from_flags(
     assert sse_server.requests[-1].json["model"] == "model-x"
 
 
+@pytest.mark.slow
 def test_resume_without_an_endpoint_for_the_recorded_model_is_one_line(
     workdir: Path, sse_server: SSEServer
 ) -> None:
@@ -232,6 +238,7 @@ def test_resume_without_an_endpoint_for_the_recorded_model_is_one_line(
     assert 'You said: "hi"' in switched.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("arguments", "problem"),
     [

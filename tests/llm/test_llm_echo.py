@@ -158,6 +158,7 @@ async def test_echo_with_time_context_answers_the_reading() -> None:
     assert chunks[-3]["block"]["text"].startswith(f'You said: "{reading}"')  # type: ignore[typeddict-item]
 
 
+@pytest.mark.perf
 async def test_default_delay_paces_deltas() -> None:
     start = time.monotonic()
     await collect(MockEchoAdapter(), LlmRequest("m", [user(text("x"))]))
@@ -165,6 +166,7 @@ async def test_default_delay_paces_deltas() -> None:
     assert time.monotonic() - start >= 0.1
 
 
+@pytest.mark.perf
 async def test_abort_ends_promptly_with_aborted_finish() -> None:
     controller = AbortController()
     adapter = MockEchoAdapter(delay_ms=200)

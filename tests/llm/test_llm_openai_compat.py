@@ -557,6 +557,7 @@ async def test_connection_refused() -> None:
     await adapter.aclose()
 
 
+@pytest.mark.perf
 async def test_timeout_before_headers(sse_server: SSEServer) -> None:
     adapter = OpenAICompatAdapter(
         api_key=KEY, base_url=sse_server.base_url, max_retries=0, timeout_seconds=0.2
@@ -583,6 +584,7 @@ async def test_timeout_mid_stream(sse_server: SSEServer) -> None:
 # --------------------------------------------------------------------------- cancellation
 
 
+@pytest.mark.perf
 async def test_slow_stream_cancelled_from_the_client(
     sse_server: SSEServer, adapter: OpenAICompatAdapter
 ) -> None:
@@ -610,6 +612,7 @@ async def test_slow_stream_cancelled_from_the_client(
     assert disconnected - aborted_at < 0.2
 
 
+@pytest.mark.perf
 async def test_cancel_while_waiting_for_headers(
     sse_server: SSEServer, adapter: OpenAICompatAdapter
 ) -> None:
@@ -622,6 +625,7 @@ async def test_cancel_while_waiting_for_headers(
     assert time.monotonic() - start < 0.3
 
 
+@pytest.mark.perf
 async def test_cancel_during_retry_backoff(sse_server: SSEServer) -> None:
     adapter = OpenAICompatAdapter(api_key=KEY, base_url=sse_server.base_url, max_retries=2)
     sse_server.push(Reply.error(503, "busy", headers={"retry-after": "30"}))
@@ -645,6 +649,7 @@ async def test_already_aborted_makes_no_request(
     assert sse_server.requests == []
 
 
+@pytest.mark.perf
 async def test_consumer_break_closes_the_http_stream(
     sse_server: SSEServer, adapter: OpenAICompatAdapter
 ) -> None:

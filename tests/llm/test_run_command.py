@@ -32,6 +32,7 @@ def log_lines(workdir: Path) -> list[str]:
     return log.read_text().splitlines()
 
 
+@pytest.mark.slow
 def test_text_prints_the_final_reply_and_exits_0(workdir: Path) -> None:
     result = run_dsh(["run", "echo hello"], workdir)
     assert result.returncode == 0, result.stderr
@@ -58,6 +59,7 @@ def test_json_is_one_object_with_text_session_reason_usage_model(workdir: Path) 
     assert obj["usage"]["inputTokens"] > 0 and obj["usage"]["outputTokens"] > 0
 
 
+@pytest.mark.slow
 def test_stream_json_is_the_durable_log_line_for_line(workdir: Path) -> None:
     result = run_dsh(["run", "echo hi", "--output-format", "stream-json"], workdir)
     assert result.returncode == 0, result.stderr
@@ -67,6 +69,7 @@ def test_stream_json_is_the_durable_log_line_for_line(workdir: Path) -> None:
     assert types[0] == "turn/start" and types[-1] == "turn/end" and "tool/call" in types
 
 
+@pytest.mark.slow
 def test_continue_and_resume_by_prefix(workdir: Path) -> None:
     first = json.loads(run_dsh(["run", "one", "--output-format", "json"], workdir).stdout)
     second = json.loads(run_dsh(["run", "--continue", "two", "--output-format", "json"], workdir).stdout)
@@ -78,6 +81,7 @@ def test_continue_and_resume_by_prefix(workdir: Path) -> None:
     assert len(session_files(workdir)) == 1
 
 
+@pytest.mark.slow
 def test_system_replaces_the_default_prompt(workdir: Path) -> None:
     assert run_dsh(["run", "hi", "--system", "You are terse."], workdir).returncode == 0
     header = next(json.loads(line) for line in log_lines(workdir)[1:] if '"request/header"' in line)
@@ -88,6 +92,7 @@ def test_system_replaces_the_default_prompt(workdir: Path) -> None:
     assert headers[-1]["data"]["header"]["system"] == "From a file."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "stdin", "code", "text"),
     [
@@ -109,6 +114,7 @@ def test_usage_and_store_failures(workdir: Path, args: list[str], stdin: str, co
     assert line.startswith("dsh: ") and text in line, line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("replies", "cause"),
     [
@@ -129,6 +135,7 @@ def test_a_failed_turn_exits_1(workdir: Path, sse_server: SSEServer, replies: li
     assert cause in result.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_a_good_remote_turn_exits_0_with_its_usage(workdir: Path, sse_server: SSEServer) -> None:
     usage = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
     sse_server.push(Reply.sse([chunk(content="fine"), chunk(finish="stop", usage=usage)]))
@@ -140,6 +147,7 @@ def test_a_good_remote_turn_exits_0_with_its_usage(workdir: Path, sse_server: SS
     assert obj["usage"]["outputTokens"] == 3
 
 
+@pytest.mark.slow
 def test_connection_refused_exits_1(workdir: Path) -> None:
     result = run_dsh(["run", "hi", "--base-url", "http://127.0.0.1:9/v1", "--model", "x"], workdir, **NO_PROXY)
     assert result.returncode == 1
@@ -147,6 +155,7 @@ def test_connection_refused_exits_1(workdir: Path) -> None:
     assert "failed" in result.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_sigterm_cancels_the_turn_and_exits_130(workdir: Path) -> None:
     (workdir / "slow.yml").write_text(
         "- id: echo\n  name: echo-llm\n  config: {delayMs: 200, answer: userText}\n"

@@ -194,6 +194,7 @@ def test_stdio_and_http_tools_in_a_chat(
     assert_secret_nowhere(tmp_path / "home")
 
 
+@pytest.mark.sigkill
 def test_server_killed_mid_session_recovers(sse_server: SSEServer, workdir: Path, tmp_path: Path) -> None:
     write_mcp_json(workdir, {"alpha": stdio_server("alpha", tmp_path, approval="trusted")})
     sse_server.push(
@@ -244,6 +245,7 @@ def test_ctrl_c_cancels_the_mcp_call(sse_server: SSEServer, workdir: Path, tmp_p
     assert result["isError"] is True
 
 
+@pytest.mark.sigkill
 def test_kill_9_of_dsh_leaves_no_server(sse_server: SSEServer, workdir: Path, tmp_path: Path) -> None:
     write_mcp_json(
         workdir,

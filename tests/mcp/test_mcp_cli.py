@@ -10,6 +10,7 @@ import pytest
 from tests.apps.conftest import run_dsh
 
 
+@pytest.mark.slow
 def test_mcp_list_without_servers(workdir: Path, tmp_path: Path) -> None:
     result = run_dsh(["mcp", "list"], workdir, DSH_HOME=str(tmp_path / "home"))
     assert result.returncode == 0, result.stderr
@@ -25,6 +26,7 @@ def test_mcp_list_with_a_missing_config_file(workdir: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_broken_mcp_json_stops_chat_with_one_line(workdir: Path, tmp_path: Path) -> None:
     (workdir / ".mcp.json").write_text('{"mcpServers": {"s": {"command": "x", "env": {"T": "${UNSET_MCP_VAR}"}}}}')
     result = run_dsh(["chat"], workdir, stdin="hi\n", DSH_HOME=str(tmp_path / "home"))
@@ -39,6 +41,7 @@ def test_a_broken_mcp_json_stops_chat_with_one_line(workdir: Path, tmp_path: Pat
     assert f"{workdir}/.mcp.json: line 1: invalid JSON" in broken.stderr
 
 
+@pytest.mark.slow
 def test_a_user_level_file_is_discovered(workdir: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

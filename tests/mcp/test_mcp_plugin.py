@@ -78,6 +78,7 @@ async def test_approval_flags_and_unique_server_names(mounted: Any, tmp_path: Pa
     assert not [n for n in registry.names() if n.startswith("mcp__")]
 
 
+@pytest.mark.sigkill
 async def test_stdio_server_killed_errors_while_down_then_recovers(mounted: Any, tmp_path: Path) -> None:
     ctx = await mounted(stdio("alpha", tmp_path, approval="trusted"))
     (pid, _guard), = pids(tmp_path / "alpha.pids")

@@ -198,6 +198,7 @@ def test_result_mapping_keeps_order_and_marks_errors() -> None:
     ]
 
 
+@pytest.mark.sigkill
 @pytest.mark.slow
 def test_guard_takes_its_group_down_when_the_parent_is_killed(tmp_path: Path) -> None:
     """A parent that dies by SIGKILL (no cleanup at all) leaves neither guard nor server."""
@@ -224,6 +225,7 @@ def test_guard_takes_its_group_down_when_the_parent_is_killed(tmp_path: Path) ->
             parent.kill()
 
 
+@pytest.mark.perf
 def test_guard_passes_the_exit_status_and_refuses_a_dead_parent() -> None:
     done = subprocess.run(
         [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), "sh", "-c", "exit 7"],

@@ -187,6 +187,8 @@ async def test_export_is_jsonl_bytes(backend: Backend, store: SessionStore) -> N
     assert await backend.make().export("export") == _jsonl(session.header, session.events)
 
 
+@pytest.mark.sigkill
+@pytest.mark.slow
 async def test_lock_excludes_other_processes_and_dies_with_them(
     backend: Backend, store: SessionStore, children: Any
 ) -> None:
@@ -215,6 +217,7 @@ async def test_lock_excludes_other_processes_and_dies_with_them(
     assert len(loaded.events) == len(session)
 
 
+@pytest.mark.sigkill
 async def test_unflushed_create_holds_the_lock_across_processes(
     backend: Backend, store: SessionStore, children: Any
 ) -> None:

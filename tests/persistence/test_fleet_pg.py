@@ -45,6 +45,8 @@ async def fleet() -> AsyncIterator[dict[str, Any]]:
         await drop_schema(PG_DSN, report["schema"])
 
 
+@pytest.mark.sigkill
+@pytest.mark.slow
 async def test_fleet_survives_sigkill_mid_turn(fleet: dict[str, Any]) -> None:
     report = fleet
     assert report["problems"] == []

@@ -503,6 +503,7 @@ def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(texts=st.lists(TEXT, min_size=1, max_size=4), open_turn=st.booleans())
 def test_save_load_save_is_byte_identical(texts: list[str], open_turn: bool) -> None:
@@ -524,6 +525,7 @@ def test_save_load_save_is_byte_identical(texts: list[str], open_turn: bool) -> 
         _run(scenario())
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(texts=st.lists(TEXT, min_size=1, max_size=3), cut=st.floats(0, 1, exclude_max=True))
 def test_cutting_inside_the_last_line_loses_nothing_committed_before_it(
@@ -557,6 +559,7 @@ def test_cutting_inside_the_last_line_loses_nothing_committed_before_it(
 CORRUPTIONS = st.sampled_from(["flip", "delete", "insert", "newline", "truncate"])
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     texts=st.lists(TEXT, min_size=1, max_size=3),

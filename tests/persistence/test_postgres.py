@@ -200,6 +200,7 @@ async def test_newer_schema_is_refused(
     )
 
 
+@pytest.mark.perf
 async def test_unreachable_server_error_names_target_not_password(
     make_store: Callable[..., PostgresStore],
 ) -> None:
@@ -396,6 +397,9 @@ async def test_racing_first_appends_one_wins(make_store: Callable[..., PostgresS
     assert (await store.read("first")).events == list(s.events)
 
 
+@pytest.mark.sigkill
+@pytest.mark.slow
+@pytest.mark.perf
 async def test_lock_excludes_other_process_and_dies_with_it(pg: PostgresStore, schema: str) -> None:
     await persist(pg, closed_session("held", 1))
     child = await spawn(schema, "held", "hold")

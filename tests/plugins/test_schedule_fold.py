@@ -114,6 +114,7 @@ ops = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.lists(ops, max_size=14))
 def test_fold_matches_the_naive_model(sequence: list[tuple[Any, ...]]) -> None:
@@ -244,6 +245,7 @@ def naive_local(local: datetime, zone: zoneinfo.ZoneInfo) -> int | None:
     return min(found) if found else None
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(
     st.sampled_from(ZONES),
@@ -285,6 +287,7 @@ def transitions(zone: zoneinfo.ZoneInfo, year: int) -> list[tuple[datetime, time
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("zone_name", ZONES)
 def test_transitions_gaps_refused_overlaps_take_the_earlier_instant(zone_name: str) -> None:
     zone = zoneinfo.ZoneInfo(zone_name)

@@ -61,6 +61,7 @@ def _assert_valid(cwd: Path, store: str, session_id: str) -> Snapshot:
     return snap
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", STORES)
 def test_two_resumes_race_and_exactly_one_writes(store: str, tmp_path: Path) -> None:
     config, session_id = start_session(tmp_path, store)
@@ -71,6 +72,7 @@ def test_two_resumes_race_and_exactly_one_writes(store: str, tmp_path: Path) -> 
     assert user_lines(snap) == ["hello", "round 0", "round 1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", STORES)
 def test_resume_while_a_chat_is_mid_turn_is_refused(store: str, tmp_path: Path) -> None:
     config = write_composition(tmp_path, store=store, delay_ms=4)
@@ -109,6 +111,8 @@ def test_resume_while_a_chat_is_mid_turn_is_refused(store: str, tmp_path: Path) 
     assert json.loads(reader.stdout.splitlines()[0])["id"] == session_id
 
 
+@pytest.mark.sigkill
+@pytest.mark.slow
 @pytest.mark.parametrize("store", STORES)
 def test_a_holder_killed_mid_turn_does_not_block_the_next_run(store: str, tmp_path: Path) -> None:
     config, session_id = start_session(tmp_path, store)

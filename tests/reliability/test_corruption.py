@@ -70,6 +70,7 @@ def test_base_logs_are_valid_and_realistic() -> None:
     assert [c["type"] for c in closers] == ["tool/result", "step/end", "turn/end"]
 
 
+@pytest.mark.slow
 def test_truncation_at_every_offset_of_a_real_log(tmp_path: Path) -> None:
     """Every prefix of a log (two turns, two echo calls, an open turn with a pending call) is a
     state a crashed writer could leave: each must load, keep every complete line before the cut,
@@ -96,6 +97,7 @@ def test_truncation_at_every_offset_of_a_real_log(tmp_path: Path) -> None:
     assert any(label.startswith("loaded (closers=4") for label in seen), seen
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     which=st.sampled_from(["closed", "open"]),
@@ -109,6 +111,7 @@ def test_compound_corruptions_of_a_real_log(which: str, how: str, rng: random.Ra
     event(f"{how}: {label}")
 
 
+@pytest.mark.slow
 def test_each_corruption_kind_is_exercised() -> None:
     """The corruptions above are not vacuous: each kind changes the file, and the seeded run
     below sees both outcomes."""
@@ -180,6 +183,7 @@ def _corrupt_sqlite(path: Path, session_id: str, how: str, rng: random.Random) -
     return index + 1
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     which=st.sampled_from(["closed", "open"]),
@@ -255,6 +259,7 @@ def _cli_corruption(data: bytes, how: str) -> bytes:
     return b"\n".join(lines) + b"\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("how", "needle"),
     [

@@ -26,6 +26,8 @@ def _report(trials: list[Trial]) -> str:
     return f"states: {dict(states)}\n" + "\n".join(failed)
 
 
+@pytest.mark.sigkill
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["jsonl", "sqlite"])
 def test_sigkill_at_random_moments_then_resume(store: str, tmp_path: Path) -> None:
     trials = run_trials(tmp_path, store, range(TRIALS), workers=3)

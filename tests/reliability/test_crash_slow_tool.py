@@ -11,6 +11,7 @@ from tests.reliability.slow_tool import slow_tool_trial
 TRIALS = 2
 
 
+@pytest.mark.sigkill
 @pytest.mark.slow
 @pytest.mark.parametrize("store", ["jsonl", "sqlite"])
 def test_sigkill_during_a_slow_tool_then_continue(store: str, tmp_path: Path) -> None:

@@ -106,6 +106,7 @@ async def _exercise(store: Any, session_id: str) -> str:
     return "ok"
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(session_id=IDS, kind=st.sampled_from(["jsonl", "sqlite"]))
@@ -136,6 +137,7 @@ def test_generated_ids_never_escape_the_store(session_id: str, kind: str) -> Non
             assert not _unstorable(session_id), f"accepted {session_id!r}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("hostile", "commands"),
     [
@@ -221,6 +223,7 @@ def cli_baseline(tmp_path_factory: pytest.TempPathFactory) -> float:
     return max(timings)
 
 
+@pytest.mark.perf
 @pytest.mark.parametrize("kind", sorted(HOSTILE_YAML))
 def test_hostile_yaml_is_refused_quickly(tmp_path: Path, kind: str, cli_baseline: float) -> None:
     started = time.perf_counter()
@@ -266,6 +269,7 @@ ARGUMENTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(ARGUMENTS))
 async def test_hostile_tool_arguments_are_contained(tmp_path: Path, kind: str, rigs: Rigs) -> None:
     arguments = ARGUMENTS[kind]

@@ -35,6 +35,7 @@ def dispatches(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == "schedule/change" and e["data"]["operation"] == "dispatch"]
 
 
+@pytest.mark.sigkill
 def test_sigkill_between_delivery_and_dispatch_repeats_and_never_loses(tmp_path: Path) -> None:
     workdir = tmp_path / "project"
     workdir.mkdir()

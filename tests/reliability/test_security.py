@@ -60,6 +60,7 @@ def test_umask_zero_reaches_the_child(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "probe").stat().st_mode) == 0o666
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("store", ["jsonl", "sqlite"])
 def test_sessions_are_private_regardless_of_umask(tmp_path: Path, store: str) -> None:
     cwd = tmp_path / "project"
@@ -96,6 +97,7 @@ def test_sessions_are_private_regardless_of_umask(tmp_path: Path, store: str) ->
 KEY = "sk-test-SECRET123"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "debug"),
     [("Unauthorized", False), (f"Incorrect API key provided: {KEY}", False), (f"Incorrect API key provided: {KEY}", True)],
@@ -178,6 +180,7 @@ def apply(ctx, config):
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+@pytest.mark.slow
 def test_sessions_views_escape_control_sequences_from_the_model(tmp_path: Path) -> None:
     cwd = tmp_path / "w\x1b]0;title\x07x\x1b[2J"
     cwd.mkdir()

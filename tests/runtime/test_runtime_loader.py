@@ -147,6 +147,7 @@ def test_missing_file(tmp_path: Path) -> None:
         load_config_file(tmp_path / "nope.yml")
 
 
+@pytest.mark.perf
 def test_billion_laughs_is_refused_fast(tmp_path: Path) -> None:
     lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     prev = "a"

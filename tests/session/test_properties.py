@@ -187,6 +187,7 @@ def operations(draw: st.DrawFn) -> list[tuple[str, str, Any, Any, Any]]:
     return ops
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(ops=operations())
 def test_random_valid_sequences_keep_the_fold_equal_to_a_naive_fold(ops: list[Any]) -> None:
@@ -411,6 +412,7 @@ LOSSLESS = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(value=LOSSLESS)
 def test_lossless_values_round_trip_and_are_snapshotted(value: Any) -> None:

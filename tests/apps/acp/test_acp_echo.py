@@ -22,6 +22,7 @@ from tests.apps.conftest import run_dsh
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.sigkill
 async def test_echo_session_survives_kill9(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

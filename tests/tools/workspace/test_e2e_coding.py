@@ -187,6 +187,7 @@ def test_ctrl_c_during_long_bash_aborts_with_no_orphan(tmp_path: Path, sandbox: 
     assert res["data"]["callId"] == call["data"]["callId"] and res["data"]["isError"]
 
 
+@pytest.mark.sigkill
 @pytest.mark.parametrize("sandbox", ["workspace-write", "danger-full-access"])
 def test_commands_die_with_a_killed_dsh(tmp_path: Path, sandbox: str) -> None:
     """SIGKILL to dsh mid-command: nothing it started lives on (bubblewrap's pid namespace, or
