@@ -1,6 +1,8 @@
 """Suite-wide settings."""
 
+import asyncio
 import atexit
+import io
 import os
 import shutil
 import sys
@@ -47,6 +49,9 @@ def clock(clock_start: int, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
         yield frozen
 
 
+DISPOSE_LIMIT_S = 60
+
+
 @pytest.fixture
 async def rigs() -> AsyncIterator["Rigs"]:
     """``await rigs.make(...)`` builds a rig (``tests/support/rig.py``) disposed after the test."""
@@ -56,7 +61,14 @@ async def rigs() -> AsyncIterator["Rigs"]:
     try:
         yield made
     finally:
-        await made.dispose()
+        try:
+            await asyncio.wait_for(made.dispose(), DISPOSE_LIMIT_S)
+        except TimeoutError:
+            # A hung dispose is a bug: name every task still pending instead of hanging the run.
+            stacks = io.StringIO()
+            for task in asyncio.all_tasks():
+                task.print_stack(file=stacks)
+            pytest.fail(f"dispose hung for {DISPOSE_LIMIT_S} s; pending tasks:\n{stacks.getvalue()}")
 
 
 @pytest.fixture(autouse=True)

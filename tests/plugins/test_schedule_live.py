@@ -3,6 +3,7 @@ time-machine (the owner re-reads it whenever it is poked)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from tests.support.rig import Rig, Rigs
 from tests.support.wait import stays, wait_until
 
 from dsh.plugins import schedule as schedule_plugin
+from dsh.plugins.schedule.delivery import Owner
 from dsh.plugins.schedule.plugin import CorruptScheduleLog, Schedule
 from dsh.testing import Reply
 
@@ -194,6 +196,29 @@ async def test_fixed_rate_delivers_the_latest_missed_occurrence_once(rig: Schedu
     listed, _ = await rig.call("schedule_list", {})
     assert listed[0]["scheduledAt"] == "2026-07-14T00:20:00.000Z" and listed[0]["state"] == "scheduled"
     await stays(lambda: len(rig.reminders()) == 1, what="delivered once")
+
+
+async def test_stop_ends_the_owner_even_when_a_cancel_is_absorbed(
+    rig: ScheduleRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.11's ``asyncio.wait_for`` can swallow a cancel that races the wakeup it was
+    waiting for; the owner's loop then went on sleeping and ``dispose`` hung (seen in CI)."""
+    owner = rig.schedule.owners[rig.main.id]
+    absorbed: list[bool] = []
+    real_sleep = Owner._sleep
+
+    async def absorbing_sleep(self: Owner, seconds: float) -> None:
+        try:
+            await real_sleep(self, seconds)
+        except asyncio.CancelledError:
+            absorbed.append(True)  # returns as if the wakeup had won the race
+
+    monkeypatch.setattr(Owner, "_sleep", absorbing_sleep)
+    owner.poke()  # the running loop re-enters the (now absorbing) sleep
+    await wait_until(lambda: owner._poke.is_set() is False)
+    async with asyncio.timeout(30):  # a liveness bound, far above any real stop
+        await owner.stop()
+    assert absorbed == [True]
 
 
 async def test_overdue_reminders_are_delivered_on_resume(rig: ScheduleRig) -> None:

@@ -261,7 +261,8 @@ async def run_worker(args: argparse.Namespace, host: CliHost) -> int:
             if result.next_due is not None:
                 delay = min(delay, max(0.05, (result.next_due - _clock.now_ms()) / 1000))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
+                async with asyncio.timeout(delay):
+                    await stop.wait()
     finally:
         for signum in installed:
             loop.remove_signal_handler(signum)

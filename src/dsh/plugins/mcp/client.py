@@ -150,8 +150,9 @@ class Connection:
                 log.warning('mcp: server "%s" disconnected (%s); reconnecting', self.spec.name, reason)
             self.status, self.reason = "reconnecting", reason
             self._wake.clear()
-            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
         self.status = "closed"
         self._started.set()
 

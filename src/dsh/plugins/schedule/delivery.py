@@ -175,6 +175,7 @@ class Owner:
         self.agent = agent
         self._poke = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.delivered = 0
 
     def start(self) -> None:
@@ -185,6 +186,10 @@ class Owner:
         self._poke.set()
 
     async def stop(self) -> None:
+        # The flag as well as the cancel: a cancel that races the wakeup it interrupts can be
+        # absorbed by the awaited call, and the loop must still end.
+        self._stopping = True
+        self._poke.set()
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
@@ -192,12 +197,13 @@ class Owner:
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._poke.wait(), timeout=max(0.0, min(seconds, MAX_WAKE_S)))
+            async with asyncio.timeout(max(0.0, min(seconds, MAX_WAKE_S))):
+                await self._poke.wait()
         self._poke.clear()
 
     async def _run(self) -> None:
         agent = self.agent
-        while not agent.disposed:
+        while not agent.disposed and not self._stopping:
             if busy(agent):
                 await agent.when_idle()
                 continue

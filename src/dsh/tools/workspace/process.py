@@ -87,7 +87,8 @@ class ManagedProcess:
         if self.proc.returncode is None:
             kill_group(self.proc.pid, signals.SIGTERM)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), self.grace_ms / 1000)
+                async with asyncio.timeout(self.grace_ms / 1000):
+                    await self.proc.wait()
         kill_group(self.proc.pid, signals.SIGKILL)
         if self.proc.returncode is None:
             await self.proc.wait()
