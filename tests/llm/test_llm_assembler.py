@@ -215,6 +215,7 @@ def test_interleaved_deltas_round_trip(
     assert assemble(stream).blocks() == blocks
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(block_strategy, min_size=1, max_size=4), st.lists(st.text(max_size=5), max_size=4))
 def test_block_end_beats_any_trailing_deltas(

@@ -141,6 +141,7 @@ async def test_crash_repair_after_a_snapshot_is_byte_identical(kind: str, tmp_pa
     assert exported == await new_store(kind, bare).export("big")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(12))
 async def test_damaged_snapshot_changes_nothing(kind: str, tmp_path: Path, seed: int) -> None:
     where = tmp_path / "store"
