@@ -1,6 +1,6 @@
 """Property tests of the session core: the surface fold, derivation, validation and lossless JSON.
 
-The oracle is written here from contracts §1.4–§1.5 without looking at the incremental
+The oracle is written here from docs/surface-and-derivation.md without looking at the incremental
 implementation: fold the raw log from scratch (append pushes, replace splices the positional
 slice), then project each surface node. Random valid append/replace sequences must keep
 ``Session``'s incremental state equal to it after every step.

@@ -219,6 +219,12 @@ class Agent:
         return self.run_state.cancel_reason
 
     @property
+    def last_request_header(self) -> JsonObject | None:
+        """The ``header`` of the session's latest ``request/header`` (found once on resume, then
+        kept current by every step), or ``None`` before the first request."""
+        return self.run_state.last_header
+
+    @property
     def driver(self) -> asyncio.Task[None] | None:
         """The driver task (``None`` before the loop starts it)."""
         return self.run_state.driver

@@ -1,6 +1,6 @@
 """File-system naming and durable directory helpers for the file-backed stores.
 
-Owns the reference's session-id encoding for file names (contracts §2.3), the cwd bucket name,
+Owns the reference's session-id encoding for file names (docs/format-v0.md, docs/stores.md), the cwd bucket name,
 the cap on encoded names, and the small POSIX helpers every on-disk write goes through: creating
 private directories (0700 regardless of umask), fsyncing a directory, and writing a buffer fully.
 

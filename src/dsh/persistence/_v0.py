@@ -1,4 +1,4 @@
-"""The v0 session-log line format, shared by every store (contracts §2.3).
+"""The v0 session-log line format, shared by every store (docs/format-v0.md, docs/stores.md).
 
 Owns the header line (:func:`make_header`, :func:`header_line`, :func:`parse_header`,
 :func:`check_header`), the checked encoding of event lines (:func:`encode_event_lines`), and the
@@ -278,7 +278,7 @@ def scan_event_lines(
     first: int = 0,
     lazy: bool = False,
 ) -> list[Event]:
-    """Decode event lines and return the preserved prefix (contracts §2.3, "Load and scan").
+    """Decode event lines and return the preserved prefix (docs/stores.md, "Loading").
 
     Finds the last ``turn/end`` that parses; an unparsable line or a ``seq`` that is not its
     index at or before it raises :class:`CorruptSessionLog` (``corrupt session log: unparsable

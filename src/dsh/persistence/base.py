@@ -2,7 +2,7 @@
 
 Owns :class:`SessionStore` (what a backend must do), the records it returns, the errors a
 user can meet, with the reference's texts, and :class:`TrackingStore` (the table of sessions a
-backend writes). Behaviour: contracts §2.1–§2.4.
+backend writes). Behaviour: docs/stores.md.
 
 Writing is single-owner: ``create`` and ``load`` take the session's writer lock (a lock that
 dies with its process), ``read`` and ``list`` take none and never repair, so read-only commands

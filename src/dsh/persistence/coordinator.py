@@ -1,6 +1,6 @@
 """The write path shared by every store plugin: buffer on append, write on flush.
 
-Owns :func:`mount_coordinator` and :class:`WriteCoordinator` (contracts §2.2). The session
+Owns :func:`mount_coordinator` and :class:`WriteCoordinator` (docs/stores.md, "The write path"). The session
 service announces sessions on the bus; the coordinator turns that into store calls:
 
 - ``session/created(session)`` (sync emit): register the session. If the store does not track

@@ -1,7 +1,7 @@
 """The JSONL session store (format v0, byte-compatible with the reference) and its plugin.
 
 Owns :class:`JsonlStore`: one file per session, in the v0 line format of
-:mod:`dsh.persistence._v0`. Behaviour: contracts §2.3.
+:mod:`dsh.persistence._v0`. Behaviour: docs/format-v0.md, docs/stores.md.
 
 Layout: ``<root>/cwd-<sha256(cwd)[:12]>/<encoded id>.jsonl`` (``_no-cwd/`` without a cwd),
 directories 0700, files 0600, writer locks in ``<root>/.locks/``. Line 1 is the header and the

@@ -1,7 +1,7 @@
 """Session logs in PostgreSQL: the ``postgres-sessions`` plugin and :class:`PostgresStore`.
 
 This module owns the PostgreSQL backend of the session-store contract (``dsh.persistence.base``,
-contracts §2.1): the sessions it writes (each with the connection holding its writer lock), the
+docs/stores.md): the sessions it writes (each with the connection holding its writer lock), the
 contract's operations, and the lossless move of a session between stores
 (:meth:`PostgresStore.export`, :meth:`PostgresStore.import_session`). It builds on
 :mod:`~dsh.persistence._pg_server` (connections, migrations, advisory locks),

@@ -1,4 +1,4 @@
-"""The SQLite session store and its plugin (contracts §2.4).
+"""The SQLite session store and its plugin (docs/stores.md, "SQLite").
 
 Owns :class:`SqliteStore`: the schema (``PRAGMA user_version = 4``, WAL), one transaction per
 append, the ``sessions`` row written by the first append (a session created but never flushed

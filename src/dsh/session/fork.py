@@ -1,4 +1,4 @@
-"""Forking a session at a turn boundary (contracts §1.7)."""
+"""Forking a session at a turn boundary (docs/surface-and-derivation.md, "Forks")."""
 
 from __future__ import annotations
 

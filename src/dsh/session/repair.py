@@ -1,7 +1,7 @@
 """Crash repair over a raw log.
 
 Owns :func:`interrupted_turn_closers`, which closes a turn left open by a crash with the
-reference's exact synthetic events (contracts §1.8).
+reference's exact synthetic events (docs/surface-and-derivation.md, "Crash repair").
 """
 
 from __future__ import annotations

@@ -228,11 +228,9 @@ class Compactor:
 
     def _model(self, agent: Agent) -> str:
         model: object = self.config.summarization_model or agent.options.model
-        if not model:
-            for event in reversed(agent.session.events):
-                if event.type == "request/header":
-                    model = event.data.get("header", {}).get("config", {}).get("model")
-                    break
+        if not model and agent.last_request_header is not None:
+            config = agent.last_request_header.get("config")
+            model = config.get("model") if isinstance(config, Mapping) else None
         if not model:
             raise CompactionError(
                 "compaction has no summarization model: set summarizationModel or the agent's model"
