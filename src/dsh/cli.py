@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import logging
-import platform
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
 import msgspec
 
-from dsh import _zones
-from dsh.apps import mcp_cmd, pipes, salvage, session_ids
+from dsh.apps import mcp_cmd, pipes, session_ids
 from dsh.apps.entries import (
     SANDBOX_MODES,
     check_store_flags,
@@ -104,6 +101,11 @@ def _agent_options(parser: argparse.ArgumentParser) -> None:
 
 def version_text() -> str:
     """``dsh --version``: dsh, Python, and the zone data every zoned time is rendered with."""
+    import importlib.metadata  # these cost more than the rest of the parser: only --version pays
+    import platform
+
+    from dsh import _zones
+
     try:
         dsh_version = importlib.metadata.version("dsh")
     except importlib.metadata.PackageNotFoundError:
@@ -282,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         named = getattr(args, "id", None) or getattr(args, "resume", None)
-        print(f"dsh: {_one_line(salvage.explain(exc, named))}", file=sys.stderr)
+        from dsh.apps.salvage import explain
+
+        print(f"dsh: {_one_line(explain(exc, named))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
