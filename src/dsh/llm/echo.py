@@ -147,18 +147,10 @@ class MockEchoAdapter:
 
         if user_text.startswith("echo ") and not tool_result:
             args = json_stringify({"text": user_text[5:]})
-            yield {"type": "block-start", "index": 0, "blockType": "text"}
-            for char in ECHO_PREAMBLE:
-                yield {"type": "text-delta", "index": 0, "text": char}
-                await _pause(delay, signal)
-                if signal is not None and signal.aborted:
-                    yield {"type": "finish", "reason": {"kind": "aborted"}}
-                    return
-            yield {
-                "type": "block-end",
-                "index": 0,
-                "block": {"type": "text", "text": ECHO_PREAMBLE},
-            }
+            async for chunk in _spell(ECHO_PREAMBLE, delay, signal):
+                yield chunk
+            if signal is not None and signal.aborted:
+                return
             yield {"type": "block-start", "index": 1, "blockType": "tool-call"}
             yield {
                 "type": "tool-call-delta",
@@ -182,16 +174,24 @@ class MockEchoAdapter:
             reply = TOOL_SPOKEN
         else:
             reply = f'You said: "{user_text}". Try "echo <something>" to see a tool call.'
-        yield {"type": "block-start", "index": 0, "blockType": "text"}
-        for char in reply:
-            yield {"type": "text-delta", "index": 0, "text": char}
-            await _pause(delay, signal)
-            if signal is not None and signal.aborted:
-                yield {"type": "finish", "reason": {"kind": "aborted"}}
-                return
-        yield {"type": "block-end", "index": 0, "block": {"type": "text", "text": reply}}
+        async for chunk in _spell(reply, delay, signal):
+            yield chunk
+        if signal is not None and signal.aborted:
+            return
         yield {"type": "usage", "usage": {"inputTokens": 20, "outputTokens": utf16_length(reply)}}
         yield {"type": "finish", "reason": {"kind": "stop"}}
+
+
+async def _spell(text: str, delay: float, signal: AbortSignalLike | None) -> AsyncIterator[StreamChunk]:
+    """Text block 0, one delta per character; an abort ends it with ``finish {aborted}``."""
+    yield {"type": "block-start", "index": 0, "blockType": "text"}
+    for char in text:
+        yield {"type": "text-delta", "index": 0, "text": char}
+        await _pause(delay, signal)
+        if signal is not None and signal.aborted:
+            yield {"type": "finish", "reason": {"kind": "aborted"}}
+            return
+    yield {"type": "block-end", "index": 0, "block": {"type": "text", "text": text}}
 
 
 def _config(config: object) -> Config:

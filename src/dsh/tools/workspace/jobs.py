@@ -139,16 +139,22 @@ def _lost(job_id: str) -> str:
 
 
 def job_tools(jobs: JobManager, *, wait_ms: int, max_wait_ms: int) -> Iterable[Tool]:
+    def find(job_id: str, call: ToolCall) -> Job | None:
+        """The caller's live job, ``None`` for one an earlier process of the session ran (lost),
+        or a :class:`ToolError` for an id the session never had."""
+        job = jobs.get(job_id, session_id(call))
+        if job is None and job_id not in _earlier_jobs(call):
+            raise ToolError(f'unknown job "{job_id}" (job_list shows your jobs)')
+        return job
+
     async def job_output(args: Any, call: ToolCall) -> list[Any]:
         job_id = str_arg(args, "job_id", allow_empty=False)
         wait = bool_arg(args, "wait")
         timeout = number_arg(args, "timeout_ms", minimum=0)
         assert job_id is not None
-        job = jobs.get(job_id, session_id(call))
+        job = find(job_id, call)
         if job is None:
-            if job_id in _earlier_jobs(call):
-                return text(_lost(job_id))
-            raise ToolError(f'unknown job "{job_id}" (job_list shows your jobs)')
+            return text(_lost(job_id))
         if wait and job.status == "running":
             limit = min(timeout if timeout is not None else wait_ms, max_wait_ms) / 1000
             waiter = asyncio.ensure_future(job.done.wait())
@@ -176,11 +182,9 @@ def job_tools(jobs: JobManager, *, wait_ms: int, max_wait_ms: int) -> Iterable[T
         job_id = str_arg(args, "job_id", allow_empty=False)
         reason = str_arg(args, "reason", required=False)
         assert job_id is not None
-        job = jobs.get(job_id, session_id(call))
+        job = find(job_id, call)
         if job is None:
-            if job_id in _earlier_jobs(call):
-                return text(_lost(job_id))
-            raise ToolError(f'unknown job "{job_id}" (job_list shows your jobs)')
+            return text(_lost(job_id))
         if job.status != "running":
             return text(f"job {job_id} already finished\n{job.status_line()}")
         await jobs.kill(job, reason)
