@@ -25,7 +25,7 @@ import contextlib
 import hashlib
 import os
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -110,7 +110,7 @@ def digest_parts(*parts: bytes) -> bytes:
     return key.digest()
 
 
-def line_starts(first: int, lines: list[bytes]) -> array[int]:
+def line_starts(first: int, lines: Sequence[bytes]) -> array[int]:
     """Where each of ``lines`` starts when laid out from ``first`` with a newline after each,
     then where the last one ends (one more entry than ``lines``)."""
     return array("Q", accumulate(map(_PLUS_ONE, map(len, lines)), initial=first))

@@ -59,6 +59,7 @@ from dsh.persistence._v0 import (
     parse_header,
     restore_log,
     scan_event_lines,
+    scan_lazily,
     split_header,
 )
 from dsh.persistence.base import (
@@ -250,20 +251,18 @@ def _scan(
     path: str, session_id: str, raw: bytes, header: JsonObject, header_end: int, *, repair: bool
 ) -> _Scan:
     """Check every event line of ``raw`` (no snapshot)."""
-    event_lines = raw[header_end:].split(b"\n")
-    event_lines.pop()  # after the last newline: empty, or a torn line
     # Log-only events the fold never reads stay as their (checked) lines until used.
-    events = scan_event_lines(event_lines, path, file_line, blob=raw, lazy=True)
-    kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
-    starts = line_starts(header_end, kept)
+    lazy = scan_lazily(raw, header_end, raw.rfind(b"\n") + 1, path, file_line)
+    starts = lazy.starts
     session, closers = restore_log(
         session_id,
         header,
-        events,
+        lazy.items,
         path,
         repair=repair,
         position=file_line,
         raw=RawEvents([raw], starts),
+        lazy=lazy,
     )
     return _Scan(session, closers, starts[-1], lambda: array("Q", starts), 0)
 
