@@ -8,7 +8,6 @@ committed-region scan in :mod:`._v0`.
 
 from __future__ import annotations
 
-import codecs
 from array import array
 from bisect import bisect_right
 from itertools import accumulate
@@ -24,7 +23,6 @@ from dsh.session.event import restore_key_order
 __all__ = ["LAZY_TYPES", "Envelope", "Kept", "LazyLines", "decode_lazily", "decode_or_none"]
 
 _EVENT_DECODER = msgspec.json.Decoder(Event)
-_DATA_DECODER = msgspec.json.Decoder()
 
 
 class Envelope(
@@ -141,57 +139,50 @@ def decode_lazily(blob: bytes, begin: int, end: int) -> LazyLines | None:
         if suspects:
             block = sorted(suspects.union(block))
             block_ends = [index for index in block_ends if index not in suspects]
-        for index in block:
-            event = _decode(envelopes[index - first], lines[index - first], index in suspects)
-            if event is None:
-                return None
-            items[index] = event
+        if block and not _decode_into(items, block, [lines[index - first] for index in block], suspects):
+            return None
         decoded += block
         ends += block_ends
         low = high
     return LazyLines(items, decoded, ends, starts)
 
 
-def _decode(envelope: Envelope, line: bytes, suspect: bool) -> Event | None:
-    """The event of a checked line, or ``None`` where the exact scan refuses it."""
+def _decode_into(
+    items: list[Any], indexes: list[int], lines: list[bytes], suspects: set[int]
+) -> bool:
+    """Decode ``lines`` in full (one call), as the exact scan does, into ``items`` at
+    ``indexes``; ``False`` where the exact scan refuses one of them."""
     try:
-        if suspect:  # exactly the exact scan's decode and -0 check
-            event = restore_key_order(_EVENT_DECODER.decode(line), line)
-            if _json.may_hold_negative_zero(line) and _json.has_negative_zero(line):
-                return None
-            return event
-        # The envelope is checked and the line holds nothing skipping misses: decode its data.
-        event = Event(
-            envelope.type,
-            envelope.seq,
-            envelope.time,
-            _DATA_DECODER.decode(envelope.data),
-            envelope.source_event_seqs,
-            envelope.surface_op,
-        )
-        if event.surface_op is not None and event.source_event_seqs is not None:
-            event = restore_key_order(event, line)
-        return event
+        events = _EVENT_DECODER.decode_lines(b"\n".join(lines))
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
+        return False
+    if len(events) != len(lines):  # each line was one object: cannot happen
+        return False
+    for index, event, line in zip(indexes, events, lines, strict=True):
+        if event.surface_first or (
+            event.surface_op is not None and event.source_event_seqs is not None
+        ):
+            try:
+                event = restore_key_order(event, line)
+            except msgspec.ValidationError:  # a line spelling out "surface_first"
+                return False
+        if index in suspects and _json.may_hold_negative_zero(line) and _json.has_negative_zero(line):
+            return False
+        items[index] = event
+    return True
 
 
 # What skipping ``data`` misses, where a full decode refuses the line: a number too large for a
 # float (an exponent: ``1e999``; or 309 digits before the point), an integer of more than 4300
 # digits, and ``-0`` (the load refuses it). An exponent is ``e``/``E``, maybe a sign, then a
-# digit; ``-0`` is a minus then a digit. So one table maps ``e``, ``E``, ``-``, ``+`` to 0,
-# digits to 2 and every other byte to 1: every exponent and every negative number holds the
-# pair 0, 2, and a search for runs of 300 digits finds the rest. The search does not know strings
-# from numbers (``2026-07``, ``file1`` are hits): a hit costs only that line's full decode.
+# digit; ``-0`` is a minus then a digit. So one table maps digits to ``0`` and ``e``, ``E``,
+# ``-``, ``+`` to ``e``, every other byte to NUL: one substring search (``e0``) finds every
+# exponent and every negative number, another every run of 300 digits. The search does not know
+# strings from numbers (``2026-07``, ``file1`` are hits): a hit costs only that line's full decode.
 _SUSPECT_TABLE = bytes(
-    2 if byte in b"0123456789" else 0 if byte in b"eE-+" else 1 for byte in range(256)
+    0x30 if byte in b"0123456789" else 0x65 if byte in b"eE-+" else 0 for byte in range(256)
 )
-_PAIR = "\u0200"
-"""The pair 0, 2 read as a little-endian UTF-16 code unit: a one-character search finds it at
-even offsets in the mapped bytes decoded as UTF-16, and at odd ones in the same bytes from the
-second on (no unit of these bytes is a surrogate; one whose low byte is 0 is searched without
-``memchr``, which the frequent 0 and 2 bytes would stall)."""
-_RUN = b"\x02" * 300
+_NEEDLES = (b"e0", b"0" * 300)
 
 
 def _suspects(text: bytes, low: int, starts: array[int], first: int) -> set[int]:
@@ -200,19 +191,12 @@ def _suspects(text: bytes, low: int, starts: array[int], first: int) -> set[int]
     a run of 300 digits."""
     found: set[int] = set()
     mapped = text.translate(_SUSPECT_TABLE)
-    view = memoryview(mapped)
-    for shift in (0, 1):
-        units = codecs.utf_16_le_decode(view[shift:])[0]
-        at = units.find(_PAIR)
+    for needle in _NEEDLES:
+        at = mapped.find(needle)
         while at != -1:
-            line = bisect_right(starts, low + shift + 2 * at, first) - 1
+            line = bisect_right(starts, low + at, first) - 1
             found.add(line)
-            at = units.find(_PAIR, (starts[line + 1] - low - shift + 1) // 2)
-    at = mapped.find(_RUN)
-    while at != -1:
-        line = bisect_right(starts, low + at, first) - 1
-        found.add(line)
-        at = mapped.find(_RUN, starts[line + 1] - low)
+            at = mapped.find(needle, starts[line + 1] - low)
     return found
 
 

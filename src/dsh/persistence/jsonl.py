@@ -34,6 +34,7 @@ import msgspec
 
 from dsh.persistence._fold import (
     Fold,
+    fold_state,
     line_starts,
     read_fold,
     remove_fold,
@@ -193,15 +194,20 @@ class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
             closers=_closer_bytes(parsed.closers),
         )
 
-    def _write_fold(self, session_id: str, parsed: _ParsedLog) -> None:
-        starts = parsed.starts()
-        position = starts[-1]
-        for event in parsed.closers:
-            position += len(encode_event(event)) + 1
-            starts.append(position)
-        key = hashlib.sha1(memoryview(parsed.raw)[: parsed.kept_end], usedforsecurity=False)
-        key.update(_closer_bytes(parsed.closers))
-        write_fold(parsed.path + _FOLD_SUFFIX, snapshot(parsed.session, key.digest(), starts))
+    def _fold_writer(self, session_id: str, parsed: _ParsedLog) -> Callable[[], None]:
+        state = fold_state(parsed.session)
+
+        def write() -> None:
+            starts = parsed.starts()
+            position = starts[-1]
+            for event in parsed.closers:
+                position += len(encode_event(event)) + 1
+                starts.append(position)
+            key = hashlib.sha1(memoryview(parsed.raw)[: parsed.kept_end], usedforsecurity=False)
+            key.update(_closer_bytes(parsed.closers))
+            write_fold(parsed.path + _FOLD_SUFFIX, snapshot(state, key.digest(), starts))
+
+        return write
 
     def _committed_bytes(self, parsed: _ParsedLog) -> bytes:
         return parsed.raw[: parsed.kept_end]

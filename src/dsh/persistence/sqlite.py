@@ -20,13 +20,14 @@ from __future__ import annotations
 import os
 import sqlite3
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import msgspec
 
 from dsh.persistence._fold import (
     digest_parts,
+    fold_state,
     line_starts,
     load_fold,
     remove_fold,
@@ -316,19 +317,24 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
     def _fold_path(self, session_id: str) -> str:
         return os.path.join(self.fold_dir, encode_session_id(session_id) + ".fold")
 
-    def _write_fold(self, session_id: str, parsed: _Parsed) -> None:
-        lines = parsed.lines + [encode_event(event) for event in parsed.closers]
-        if parsed.starts is not None:
-            starts = parsed.starts[:-1] + line_starts(parsed.starts[-1], lines)
-        else:
-            starts = line_starts(len(parsed.prefix[0]), lines)
-        key = digest_parts(*parsed.prefix, *(piece for line in lines for piece in (line, b"\n")))
-        fold = snapshot(parsed.session, key, starts)
-        try:
-            ensure_private_dir(self.fold_dir)
-        except OSError:
-            return
-        write_fold(self._fold_path(session_id), fold)
+    def _fold_writer(self, session_id: str, parsed: _Parsed) -> Callable[[], None]:
+        state = fold_state(parsed.session)
+
+        def write() -> None:
+            lines = parsed.lines + [encode_event(event) for event in parsed.closers]
+            if parsed.starts is not None:
+                starts = parsed.starts[:-1] + line_starts(parsed.starts[-1], lines)
+            else:
+                starts = line_starts(len(parsed.prefix[0]), lines)
+            pieces = (piece for line in lines for piece in (line, b"\n"))
+            key = digest_parts(*parsed.prefix, *pieces)
+            try:
+                ensure_private_dir(self.fold_dir)
+            except OSError:
+                return
+            write_fold(self._fold_path(session_id), snapshot(state, key, starts))
+
+        return write
 
     def _fix_tail(self, session_id: str, parsed: _Parsed, lock: WriterLock) -> _OpenSession:
         db = self._conn()

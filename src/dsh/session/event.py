@@ -192,6 +192,10 @@ def _check_provenance(seq: int, seqs: Any) -> None:
         raise InvalidEventError("sourceEventSeqs must not contain duplicates")
 
 
+VOCABULARY_TYPES: Final = frozenset({"request/header-delta", "request/header"})
+"""The types :func:`check_vocabulary` looks at (any other passes it)."""
+
+
 def check_vocabulary(type_: str, data: Any) -> None:
     """Reject legacy records the reference refuses at append and at load."""
     if type_ == "request/header-delta":

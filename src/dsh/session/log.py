@@ -23,6 +23,7 @@ from dsh import _clock, _json
 from dsh.session.derive import DerivedMessages, Message, project
 from dsh.session.event import (
     SURFACE_TYPES,
+    VOCABULARY_TYPES,
     Event,
     InvalidEventError,
     check_surface_fields,
@@ -183,13 +184,16 @@ class Session:
 
     def _fold_decoded(self, items: Sequence[Any], decoded: Sequence[int], ends: Sequence[int]) -> None:
         """:meth:`from_scan` over the decoded events only (see there). A ``turn/end`` envelope
-        between two of them closes the open turn; a surface append whose envelope checks pass
-        is committed inline (what :meth:`_extend_one` and :meth:`_commit` do for it, without an
-        index to feed: the session is new), anything else through :meth:`_extend_one`."""
-        events, positions, nodes, messages = self._events, self._positions, self._nodes, self._messages
-        pad, append = events.extend, events.append
+        between two of them closes the open turn. An event that plainly passes the checks of
+        :meth:`_extend_one` (a surface append with valid provenance, or a log-only event without
+        ``surfaceOp``, ``sourceEventSeqs`` or a vocabulary rule) is folded in directly (the
+        session is new: there is no index to feed); any other goes through them."""
+        events = self._events
+        pad = events.extend
+        fold_in = self._fold_in
         end, last_end = 0, len(ends)
         surface = SURFACE_TYPES
+        ruled = VOCABULARY_TYPES
         for index in decoded:
             if end < last_end and ends[end] < index:
                 self._open_turn = None
@@ -197,23 +201,22 @@ class Session:
             if len(events) < index:
                 pad(repeat(None, index - len(events)))  # type: ignore[arg-type]  # lazy
             event = items[index]
-            seqs = event.source_event_seqs
+            kind, op, seqs = event.type, event.surface_op, event.source_event_seqs
             if (
-                event.surface_op == "append"
-                and event.type in surface
-                and event.seq == index
+                event.seq == index
                 and event.time >= 0
-                and (seqs is None or provenance_is_valid(seqs, index))
+                and (
+                    (
+                        op == "append"
+                        and kind in surface
+                        and (seqs is None or provenance_is_valid(seqs, index))
+                    )
+                    or (op is None and seqs is None and kind not in surface and kind not in ruled)
+                )
             ):
-                append(event)
-                positions[index] = len(nodes)
-                nodes.append(index)
-                message = project(event)
-                if message is not None:
-                    messages.append(message)
+                fold_in(event)
             else:
                 self._extend_one(event, index)
-                positions, messages = self._positions, self._messages  # a replace renews them
         pad(repeat(None, len(items) - len(events)))  # type: ignore[arg-type]  # lazy
         if end < last_end:
             self._open_turn = None
@@ -359,6 +362,20 @@ class Session:
                 )
 
     def _commit(self, event: Event) -> None:
+        self._fold_in(event)
+        for key, index in self._indexes.items():
+            try:
+                index.observe(event)
+            except Exception:
+                # The event is committed; a faulty index must not stop it being published
+                # (and so persisted). Drop the index: it is rebuilt from the log on next use.
+                log.exception("session %s: index %r failed on seq %s; dropping it", self.id, key, event.seq)
+                self._broken_indexes.append(key)
+        while self._broken_indexes:
+            self._indexes.pop(self._broken_indexes.pop(), None)
+
+    def _fold_in(self, event: Event) -> None:
+        """Add a checked event to the log and the fold (surface, messages, turns)."""
         self._events.append(event)
         kind = event.type
         if kind in SURFACE_TYPES:
@@ -379,16 +396,6 @@ class Session:
                 self._open_turn = turn
         elif kind == "turn/end":
             self._open_turn = None
-        for key, index in self._indexes.items():
-            try:
-                index.observe(event)
-            except Exception:
-                # The event is committed; a faulty index must not stop it being published
-                # (and so persisted). Drop the index: it is rebuilt from the log on next use.
-                log.exception("session %s: index %r failed on seq %s; dropping it", self.id, key, event.seq)
-                self._broken_indexes.append(key)
-        while self._broken_indexes:
-            self._indexes.pop(self._broken_indexes.pop(), None)
 
     def _replace(self, event: Event, start: int, end: int) -> None:
         i, j = self._positions[start], self._positions[end]
