@@ -136,6 +136,38 @@ async def test_a_valid_line_reads_back_as_the_eager_scan_reads_it(tmp_path: Path
     assert [event.to_json() for event in (await store.read("lazy")).events[::-1]] == expected[::-1]
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"type":"assistant/chunk","seq":SEQ,"time":1,"data":{"v":-0}}',
+        b'{"type":"assistant/chunk","seq":SEQ,"time":1,"data":{"v":1e999}}',
+        b'{"type":"assistant/chunk","seq":SEQ,"time":1,"data":{"x":}}',
+        b'{"type":"assistant/chunk","seq":SEQ,"time":1,"data":{"v":1e99,"t":"2026-07-14"}}',
+    ],
+)
+@pytest.mark.parametrize("where", [0.4, 0.97])
+async def test_a_line_deep_in_a_long_log_reads_back_as_the_eager_scan_reads_it(
+    tmp_path: Path, line: bytes, where: float
+) -> None:
+    # Long enough for the scan to take it in several blocks; the line is in a later one.
+    store = JsonlStore(tmp_path)
+    session = make_session("lazy", turns=400)
+    await persist(store, session)
+    path = Path(str(store.locate(dict(session.header))))
+    lines = path.read_bytes().split(b"\n")
+    chunks = [i for i, old in enumerate(lines) if b'"assistant/chunk"' in old]
+    index = chunks[int(where * len(chunks))]
+    lines[index] = line.replace(b"SEQ", str(index - 1).encode())
+    path.write_bytes(b"\n".join(lines))
+    expected = _eager(path)
+    try:
+        stored = await store.read("lazy")
+    except StoreError as exc:
+        assert str(exc) == expected
+    else:
+        assert [event.to_json() for event in stored.events] == expected
+
+
 # -- a log damaged at random reads back as the eager scan reads it ----------------------------
 
 _SNIPPETS = [

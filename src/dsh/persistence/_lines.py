@@ -72,9 +72,10 @@ class LazyLines(NamedTuple):
     """Where each line starts in the log, then where the last one ends (past its newline)."""
 
 
-_BLOCK = 1 << 20
-"""Lines are split, checked and decoded a mebibyte at a time: only that much of the log exists
-twice (as the log and as line objects) while it is scanned."""
+_BLOCK = 1 << 17
+"""Lines are split, checked and decoded 128 KiB at a time: only that much of the log exists twice
+(as the log and as line objects) while it is scanned, and it stays in the CPU's caches, which
+larger blocks outgrow."""
 
 _PLUS_ONE = (1).__add__
 _TYPE_OF = attrgetter("type")
