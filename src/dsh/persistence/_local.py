@@ -2,9 +2,10 @@
 
 Owns :class:`LocalStore`: ``create`` (check the header, take the writer lock, refuse a persisted
 id, track), ``append`` (check and encode the batch, write it, advance the count), ``load`` (take
-the lock, parse and validate, truncate the torn tail and append crash closers, refresh the fold
-snapshot, track), ``read``/``export``/``remove``/``release``/``close``, written once over the
-small backend primitives a subclass supplies (the ``_``-prefixed abstract methods below).
+the lock, parse and validate, truncate the torn tail and append crash closers, track, then
+refresh the fold snapshot on the worker thread after returning), ``read``/``export``/``remove``/
+``release``/``close``, written once over the small backend primitives a subclass supplies (the
+``_``-prefixed abstract methods below).
 
 Every blocking call (file I/O, ``fsync``, SQLite) runs on the store's one worker thread, so the
 event loop keeps running while a flush waits for the disk. One thread keeps the calls in the

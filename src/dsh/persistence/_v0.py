@@ -2,8 +2,8 @@
 
 Owns the header line (:func:`make_header`, :func:`header_line`, :func:`parse_header`,
 :func:`check_header`), the checked encoding of event lines (:func:`encode_event_lines`), and the
-committed-region scan with the reference's corruption texts (:func:`scan_event_lines`,
-:func:`restore_log`). The JSONL file, the SQLite ``line`` column and the PostgreSQL ``line``
+committed-region scan with the reference's corruption texts (:func:`scan_event_lines`, and
+:func:`scan_lazily` for a whole log kept partly as its lines; :func:`restore_log`). The JSONL file, the SQLite ``line`` column and the PostgreSQL ``line``
 column hold exactly these bytes, so every backend accepts, refuses and repairs the same logs.
 """
 
