@@ -41,6 +41,18 @@ def _eager(path: Path) -> object:
     return [event.to_json() for event in session.events]
 
 
+def _put(path: Path, line: bytes, where: float = 0) -> object:
+    """Put ``line`` (``SEQ`` standing for its seq) in place of an ``assistant/chunk`` line of the
+    log at ``path`` (the first, or the one ``where`` of the way through them); what the eager
+    scan makes of the result."""
+    lines = path.read_bytes().split(b"\n")
+    chunks = [index for index, old in enumerate(lines) if b'"assistant/chunk"' in old]
+    index = chunks[int(where * len(chunks))]
+    lines[index] = line.replace(b"SEQ", str(index - 1).encode())
+    path.write_bytes(b"\n".join(lines))
+    return _eager(path)
+
+
 async def _written(tmp_path: Path) -> tuple[JsonlStore, Path]:
     store = JsonlStore(tmp_path)
     session = make_session("lazy", turns=3)
@@ -98,11 +110,7 @@ async def test_lazy_events_read_back_with_the_same_values(tmp_path: Path) -> Non
 )
 async def test_a_broken_lazy_line_fails_as_the_eager_scan_does(tmp_path: Path, broken: bytes) -> None:
     store, path = await _written(tmp_path)
-    lines = path.read_bytes().split(b"\n")
-    index = next(i for i, line in enumerate(lines) if b'"assistant/chunk"' in line)
-    lines[index] = broken.replace(b"SEQ", str(index - 1).encode())
-    path.write_bytes(b"\n".join(lines))
-    expected = _eager(path)
+    expected = _put(path, broken)
     assert isinstance(expected, str)
     with pytest.raises(CorruptSessionLog) as info:
         await store.read("lazy")
@@ -125,11 +133,7 @@ async def test_a_broken_lazy_line_fails_as_the_eager_scan_does(tmp_path: Path, b
 )
 async def test_a_valid_line_reads_back_as_the_eager_scan_reads_it(tmp_path: Path, line: bytes) -> None:
     store, path = await _written(tmp_path)
-    lines = path.read_bytes().split(b"\n")
-    index = next(i for i, old in enumerate(lines) if b'"assistant/chunk"' in old)
-    lines[index] = line.replace(b"SEQ", str(index - 1).encode())
-    path.write_bytes(b"\n".join(lines))
-    expected = _eager(path)
+    expected = _put(path, line)
     assert isinstance(expected, list)
     stored = await store.read("lazy")
     assert [event.to_json() for event in stored.events] == expected
@@ -153,13 +157,7 @@ async def test_a_line_deep_in_a_long_log_reads_back_as_the_eager_scan_reads_it(
     store = JsonlStore(tmp_path)
     session = make_session("lazy", turns=400)
     await persist(store, session)
-    path = Path(str(store.locate(dict(session.header))))
-    lines = path.read_bytes().split(b"\n")
-    chunks = [i for i, old in enumerate(lines) if b'"assistant/chunk"' in old]
-    index = chunks[int(where * len(chunks))]
-    lines[index] = line.replace(b"SEQ", str(index - 1).encode())
-    path.write_bytes(b"\n".join(lines))
-    expected = _eager(path)
+    expected = _put(Path(str(store.locate(dict(session.header)))), line, where)
     try:
         stored = await store.read("lazy")
     except StoreError as exc:
