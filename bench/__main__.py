@@ -103,6 +103,19 @@ def rows(results: dict[str, Any]) -> list[Row]:
             Row(
                 "resume_100k: / GC-paused decode (x)", r["ratio_vs_gc_paused_decode"], "x", "lower"
             ),
+            Row(
+                "resume_100k: no snapshot yet / GC-paused decode (x)",
+                r.get("cold_ratio_vs_gc_paused_decode"),
+                "x",
+                "lower",
+                1.5,
+            ),
+            Row(
+                "resume_100k: no snapshot yet, RSS added (MB)",
+                r["cold_rss_added_bytes"] / 1e6 if "cold_rss_added_bytes" in r else None,
+                "MB",
+                "lower",
+            ),
             Row("resume_100k: peak RSS (MB)", r["peak_rss_bytes"] / 1e6, "MB", "lower"),
             Row("resume_100k: file (MB)", r["file_bytes"] / 1e6, "MB", "lower"),
         ]

@@ -25,9 +25,9 @@ import contextlib
 import hashlib
 import os
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import accumulate
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -37,9 +37,11 @@ from dsh.session.raw import RawEvents
 __all__ = [
     "MIN_EVENTS",
     "Fold",
+    "FoldState",
     "digest",
     "digest_parts",
     "fold_matches",
+    "fold_state",
     "line_starts",
     "load_fold",
     "read_fold",
@@ -69,12 +71,37 @@ class Fold(msgspec.Struct, array_like=True, gc=False):
     last_turn: int
 
 
-def snapshot(session: Session, key: bytes, starts: array[int]) -> Fold:
-    """The snapshot of a loaded ``session`` that ends at a ``turn/end``, whose log's first
-    ``starts[-1]`` bytes hash to ``key`` (``starts``: where each event line starts, then that end)."""
+class FoldState(NamedTuple):
+    """A loaded session's fold, taken when it was loaded (see :func:`fold_state`)."""
+
+    length: int
+    surface: list[int]
+    messages: list[dict[str, Any]]
+    replace_generation: int
+    last_turn: int
+
+
+def fold_state(session: Session) -> FoldState:
+    """The fold of a loaded ``session`` that ends at a ``turn/end``, as it is now (a snapshot
+    written later, while the session goes on, still holds this)."""
     surface, messages, generation, last_turn, open_turn = session.fold_state()
-    assert open_turn is None and len(starts) == len(session) + 1
-    return Fold(starts[-1], key, starts.tobytes(), surface, messages, generation, last_turn)
+    assert open_turn is None
+    return FoldState(len(session), surface, messages, generation, last_turn)
+
+
+def snapshot(state: FoldState, key: bytes, starts: array[int]) -> Fold:
+    """The snapshot of a session's fold ``state`` whose log's first ``starts[-1]`` bytes hash to
+    ``key`` (``starts``: where each event line starts, then that end)."""
+    assert len(starts) == state.length + 1
+    return Fold(
+        starts[-1],
+        key,
+        starts.tobytes(),
+        state.surface,
+        state.messages,
+        state.replace_generation,
+        state.last_turn,
+    )
 
 
 def resume(
@@ -110,7 +137,7 @@ def digest_parts(*parts: bytes) -> bytes:
     return key.digest()
 
 
-def line_starts(first: int, lines: list[bytes]) -> array[int]:
+def line_starts(first: int, lines: Sequence[bytes]) -> array[int]:
     """Where each of ``lines`` starts when laid out from ``first`` with a newline after each,
     then where the last one ends (one more entry than ``lines``)."""
     return array("Q", accumulate(map(_PLUS_ONE, map(len, lines)), initial=first))

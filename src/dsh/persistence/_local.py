@@ -2,9 +2,10 @@
 
 Owns :class:`LocalStore`: ``create`` (check the header, take the writer lock, refuse a persisted
 id, track), ``append`` (check and encode the batch, write it, advance the count), ``load`` (take
-the lock, parse and validate, truncate the torn tail and append crash closers, refresh the fold
-snapshot, track), ``read``/``export``/``remove``/``release``/``close``, written once over the
-small backend primitives a subclass supplies (the ``_``-prefixed abstract methods below).
+the lock, parse and validate, truncate the torn tail and append crash closers, track, then
+refresh the fold snapshot on the worker thread after returning), ``read``/``export``/``remove``/
+``release``/``close``, written once over the small backend primitives a subclass supplies (the
+``_``-prefixed abstract methods below).
 
 Every blocking call (file I/O, ``fsync``, SQLite) runs on the store's one worker thread, so the
 event loop keeps running while a flush waits for the disk. One thread keeps the calls in the
@@ -17,6 +18,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +36,8 @@ from dsh.persistence.base import (
 )
 from dsh.session import Event, Session
 from dsh.session.vocab import JsonObject
+
+log = logging.getLogger("dsh.persistence")
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -109,8 +113,9 @@ class LocalStore(TrackingStore[TrackedT], Generic[TrackedT, ParsedT]):
         """Cut the torn tail and append the closers, durably; the entry that tracks the result."""
 
     @abc.abstractmethod
-    def _write_fold(self, session_id: str, parsed: ParsedT) -> None:
-        """Write a fold snapshot of the loaded log (see :meth:`_fold_due`)."""
+    def _fold_writer(self, session_id: str, parsed: ParsedT) -> Callable[[], None]:
+        """What writing a fold snapshot of the loaded log takes (see :meth:`_fold_due`), the
+        session's fold taken now: the caller runs it later, on the worker thread."""
 
     @abc.abstractmethod
     def _committed_bytes(self, parsed: ParsedT) -> bytes:
@@ -153,7 +158,7 @@ class LocalStore(TrackingStore[TrackedT], Generic[TrackedT, ParsedT]):
             self._write(entry, events, lines, sync)
             entry.count += len(lines)
 
-    def _load_sync(self, session_id: str) -> StoredSession:
+    def _load_sync(self, session_id: str) -> tuple[StoredSession, Callable[[], None] | None]:
         self._untracked(session_id)
         self._require(session_id)  # fail fast, creating nothing, when there is no log
         lock = acquire(self.lock_dir, session_id)
@@ -163,16 +168,16 @@ class LocalStore(TrackingStore[TrackedT], Generic[TrackedT, ParsedT]):
         except BaseException:
             lock.release()
             raise
-        if self._fold_due(parsed):
-            self._write_fold(session_id, parsed)
+        write_fold = self._fold_writer(session_id, parsed) if self._fold_due(parsed) else None
         self._open[session_id] = entry
-        return StoredSession(
+        stored = StoredSession(
             header=parsed.header,
             events=parsed.events,
             repaired=len(parsed.closers),
             truncated_bytes=parsed.torn_bytes,
             session=parsed.session,
         )
+        return stored, write_fold
 
     @staticmethod
     def _fold_due(parsed: Parsed) -> bool:
@@ -232,7 +237,12 @@ class LocalStore(TrackingStore[TrackedT], Generic[TrackedT, ParsedT]):
         await self._run(self._append_sync, session_id, events, sync)
 
     async def load(self, session_id: str) -> StoredSession:
-        return await self._run(self._load_sync, session_id)
+        stored, write_fold = await self._run(self._load_sync, session_id)
+        if write_fold is not None and self._worker is not None:
+            # A cache the caller does not wait for: written on the worker thread after the load
+            # returns and before any later call of this store runs there.
+            self._worker.submit(_quietly, write_fold)
+        return stored
 
     async def read(self, session_id: str) -> StoredSession:
         return await self._run(self._read_sync, session_id)
@@ -256,3 +266,11 @@ class LocalStore(TrackingStore[TrackedT], Generic[TrackedT, ParsedT]):
             worker, self._worker = self._worker, None
             if worker is not None:
                 worker.shutdown(wait=False)
+
+
+def _quietly(call: Callable[[], None]) -> None:
+    """Run a fold snapshot's write; a failure only leaves no snapshot (logged)."""
+    try:
+        call()
+    except Exception:
+        log.exception("writing a fold snapshot failed")

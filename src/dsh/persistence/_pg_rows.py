@@ -121,7 +121,7 @@ async def read_rows(
     check_header(header, session_id, where)
     lines = [line.encode() for _, line in rows]
     events = scan_event_lines(lines, where, row_number)
-    check_row_keys(rows, events, where)
+    check_row_keys(rows, range(len(events)), where)  # the scan keeps seq == index
     session, closers = restore_log(
         session_id, header, events, where, repair=repair, position=row_number
     )

@@ -2,8 +2,8 @@
 
 Owns the header line (:func:`make_header`, :func:`header_line`, :func:`parse_header`,
 :func:`check_header`), the checked encoding of event lines (:func:`encode_event_lines`), and the
-committed-region scan with the reference's corruption texts (:func:`scan_event_lines`,
-:func:`restore_log`). The JSONL file, the SQLite ``line`` column and the PostgreSQL ``line``
+committed-region scan with the reference's corruption texts (:func:`scan_event_lines`, and
+:func:`scan_lazily` for a whole log kept partly as its lines; :func:`restore_log`). The JSONL file, the SQLite ``line`` column and the PostgreSQL ``line``
 column hold exactly these bytes, so every backend accepts, refuses and repairs the same logs.
 """
 
@@ -19,12 +19,8 @@ from typing import Any
 import msgspec
 
 from dsh import _json
-from dsh.persistence._lines import (
-    Envelope,
-    decode_lazily,
-    decode_or_none,
-    skipping_is_exact,
-)
+from dsh.persistence._fold import line_starts
+from dsh.persistence._lines import Kept, LazyLines, decode_lazily, decode_or_none
 from dsh.persistence._paths import encode_session_id
 from dsh.persistence.base import (
     AppendSeqMismatch,
@@ -51,6 +47,7 @@ __all__ = [
     "restore_log",
     "row_number",
     "scan_event_lines",
+    "scan_lazily",
     "split_header",
 ]
 
@@ -255,17 +252,18 @@ def split_header(raw: bytes, where: str) -> tuple[dict[str, Any], int]:
 
 
 def check_row_keys(
-    keys: Sequence[tuple[int, object]], events: Sequence[Event], where: str, first: int = 0
+    keys: Sequence[tuple[int, object]], seqs: Sequence[int], where: str, first: int = 0
 ) -> None:
     """Refuse a database row whose seq column disagrees with the seq its line holds.
 
-    ``keys`` are the rows (seq first) of ``events``, which start at index ``first``."""
-    for index, event in enumerate(events):
-        if keys[index][0] != event.seq:
+    ``keys`` are the rows (seq first) whose lines hold ``seqs`` (a scan keeps only lines whose
+    seq is their index), from index ``first`` on."""
+    for index, seq in enumerate(seqs):
+        if keys[index][0] != seq:
             raise corrupt(
                 where,
                 f"row {first + index + 1} is keyed seq {keys[index][0]} "
-                f"but its line holds seq {event.seq}",
+                f"but its line holds seq {seq}",
             )
 
 
@@ -276,7 +274,6 @@ def scan_event_lines(
     *,
     blob: bytes | None = None,
     first: int = 0,
-    lazy: bool = False,
 ) -> list[Event]:
     """Decode event lines and return the preserved prefix (docs/stores.md, "Loading").
 
@@ -288,24 +285,15 @@ def scan_event_lines(
     ``first`` is the index of ``lines[0]`` in the log, when the lines before it were checked
     already (they end at a ``turn/end``, so the committed region is decided by these lines).
 
-    With ``lazy``, events the fold never reads (see :data:`~dsh.persistence._lines.LAZY_TYPES`) come back as
-    :class:`Envelope` items: their line was checked exactly as a full decode checks it (JSON
-    syntax, every envelope type, no unknown key) but ``data`` was not built. The caller keeps
-    their lines and decodes them on first access.
     """
     count = len(lines)
     decoded: list[Event | None]
     haystack = blob if blob is not None else b"\n".join(lines)
-    if lazy and skipping_is_exact(haystack):
-        decoded = decode_lazily(lines)
-    else:
-        try:
-            decoded = list(map(_EVENT_DECODER.decode, lines))
-        except Exception:
-            decoded = [decode_or_none(line) for line in lines]
+    try:
+        decoded = list(map(_EVENT_DECODER.decode, lines))
+    except Exception:
+        decoded = [decode_or_none(line) for line in lines]
     for index, event in enumerate(decoded):
-        if lazy:
-            break  # _decode_lazily restored the key order of the lines it decoded
         if type(event) is Event and (
             event.surface_first
             or (event.surface_op is not None and event.source_event_seqs is not None)
@@ -354,6 +342,27 @@ def scan_event_lines(
     return decoded[:kept]  # type: ignore[return-value]
 
 
+def scan_lazily(blob: bytes, begin: int, end: int, where: str, position: Position) -> LazyLines:
+    """:func:`scan_event_lines` of a whole log (the event lines are ``blob[begin:end]``, each
+    with its newline), keeping the events the fold never reads (see
+    :data:`~dsh.persistence._lines.LAZY_TYPES`) as their lines: each was checked exactly as a
+    full decode checks it (JSON syntax, every envelope type, no unknown key) but its ``data``
+    was not built, and a :class:`~dsh.persistence._lines.Kept` item stands for it. The caller
+    keeps the lines and decodes them on first access. A log whose every line decodes, in seq
+    order, takes that path (:func:`~dsh.persistence._lines.decode_lazily`); any other is
+    scanned as :func:`scan_event_lines` scans it (same errors, same torn tail) and comes back
+    fully decoded.
+    """
+    found = decode_lazily(blob, begin, end)
+    if found is not None:
+        return found
+    lines = blob[begin:end].split(b"\n")
+    lines.pop()
+    events: list[Any] = scan_event_lines(lines, where, position, blob=blob)
+    starts = line_starts(begin, lines[: len(events)])
+    return LazyLines(events, list(range(len(events))), [], starts)
+
+
 def restore_log(
     session_id: str,
     header: Mapping[str, object],
@@ -364,6 +373,7 @@ def restore_log(
     position: Position | None = None,
     base: Session | None = None,
     raw: RawEvents | None = None,
+    lazy: LazyLines | None = None,
 ) -> tuple[Session, list[Event]]:
     """Validate a scanned prefix as a session (surface rules) and compute its crash closers.
 
@@ -371,7 +381,9 @@ def restore_log(
     :class:`CorruptSessionLog` (``corrupt session log: invalid event at <position(i)>: <reason>
     (<where>)``); nothing is written here. With ``base`` (a session resumed from a fold
     snapshot whose events end at a ``turn/end``), ``events`` are the ones after it and are
-    added to it.
+    added to it. With ``lazy`` (what :func:`scan_lazily` found) and ``raw`` (the lines of the
+    whole log), ``events`` are ``lazy.items`` and the envelopes among them are decoded from
+    ``raw`` on first access.
     """
     closers: list[Event] = []
     if repair:
@@ -382,8 +394,10 @@ def restore_log(
         except (AttributeError, TypeError, KeyError) as exc:
             raise corrupt(where, f"cannot close the interrupted turn ({exc})") from None
     try:
-        if base is None and raw is not None:
-            session = Session.from_scan(session_id, events, raw, header=header)
+        if base is None and raw is not None and lazy is not None:
+            session = Session.from_scan(
+                session_id, events, raw, header=header, decoded=lazy.decoded, ends=lazy.ends
+            )
             session.extend(closers)
         elif base is None:
             session = Session.restore(
@@ -402,7 +416,7 @@ def restore_log(
     return session, closers
 
 
-def _last_turn(items: Sequence[Event | Envelope], raw: RawEvents) -> list[Event]:
+def _last_turn(items: Sequence[Event | Kept], raw: RawEvents) -> list[Event]:
     """The events from the last turn boundary on, decoded (all a crash closer looks at: a
     ``turn/start`` or ``turn/end`` resets everything before it)."""
     start = 0

@@ -34,6 +34,7 @@ import msgspec
 
 from dsh.persistence._fold import (
     Fold,
+    fold_state,
     line_starts,
     read_fold,
     remove_fold,
@@ -59,6 +60,7 @@ from dsh.persistence._v0 import (
     parse_header,
     restore_log,
     scan_event_lines,
+    scan_lazily,
     split_header,
 )
 from dsh.persistence.base import (
@@ -192,15 +194,20 @@ class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
             closers=_closer_bytes(parsed.closers),
         )
 
-    def _write_fold(self, session_id: str, parsed: _ParsedLog) -> None:
-        starts = parsed.starts()
-        position = starts[-1]
-        for event in parsed.closers:
-            position += len(encode_event(event)) + 1
-            starts.append(position)
-        key = hashlib.sha1(memoryview(parsed.raw)[: parsed.kept_end], usedforsecurity=False)
-        key.update(_closer_bytes(parsed.closers))
-        write_fold(parsed.path + _FOLD_SUFFIX, snapshot(parsed.session, key.digest(), starts))
+    def _fold_writer(self, session_id: str, parsed: _ParsedLog) -> Callable[[], None]:
+        state = fold_state(parsed.session)
+
+        def write() -> None:
+            starts = parsed.starts()
+            position = starts[-1]
+            for event in parsed.closers:
+                position += len(encode_event(event)) + 1
+                starts.append(position)
+            key = hashlib.sha1(memoryview(parsed.raw)[: parsed.kept_end], usedforsecurity=False)
+            key.update(_closer_bytes(parsed.closers))
+            write_fold(parsed.path + _FOLD_SUFFIX, snapshot(state, key.digest(), starts))
+
+        return write
 
     def _committed_bytes(self, parsed: _ParsedLog) -> bytes:
         return parsed.raw[: parsed.kept_end]
@@ -250,20 +257,18 @@ def _scan(
     path: str, session_id: str, raw: bytes, header: JsonObject, header_end: int, *, repair: bool
 ) -> _Scan:
     """Check every event line of ``raw`` (no snapshot)."""
-    event_lines = raw[header_end:].split(b"\n")
-    event_lines.pop()  # after the last newline: empty, or a torn line
     # Log-only events the fold never reads stay as their (checked) lines until used.
-    events = scan_event_lines(event_lines, path, file_line, blob=raw, lazy=True)
-    kept = event_lines[: len(events)] if len(events) < len(event_lines) else event_lines
-    starts = line_starts(header_end, kept)
+    lazy = scan_lazily(raw, header_end, raw.rfind(b"\n") + 1, path, file_line)
+    starts = lazy.starts
     session, closers = restore_log(
         session_id,
         header,
-        events,
+        lazy.items,
         path,
         repair=repair,
         position=file_line,
         raw=RawEvents([raw], starts),
+        lazy=lazy,
     )
     return _Scan(session, closers, starts[-1], lambda: array("Q", starts), 0)
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 import os
 import sqlite3
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import msgspec
 
 from dsh.persistence._fold import (
     digest_parts,
+    fold_state,
     line_starts,
     load_fold,
     remove_fold,
@@ -34,6 +35,7 @@ from dsh.persistence._fold import (
     snapshot,
     write_fold,
 )
+from dsh.persistence._lines import LazyLines
 from dsh.persistence._local import LocalStore, LocalTracked, Parsed
 from dsh.persistence._locks import WriterLock
 from dsh.persistence._paths import encode_session_id, ensure_private_dir
@@ -58,6 +60,7 @@ from dsh.persistence._v0 import (
     restore_log,
     row_number,
     scan_event_lines,
+    scan_lazily,
 )
 from dsh.persistence.base import (
     SessionExists,
@@ -277,18 +280,24 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
                 db.text_factory = str
         first = 0 if base is None else len(base)
         lines: list[bytes] = [line for _, line in rows]
-        lazy = base is None  # log-only events stay as their rows' lines until used
         with gc_paused():
-            events = scan_event_lines(lines, where, row_number, first=first, lazy=lazy)
-            check_row_keys(rows, events, where, first)
-            kept = lines[: len(events)]
+            lazy: LazyLines | None = None
             raw = None
-            if lazy:
-                at = line_starts(len(line_of_header) + 1, kept)
-                raw = RawEvents(kept, at, per=1, bases=at.tolist()[:-1])
+            if base is None:  # log-only events stay as their rows' lines until used
+                log = b"\n".join([line_of_header, *lines, b""])
+                if log.count(b"\n") == len(lines) + 1:  # no line holds a newline of its own
+                    lazy = scan_lazily(log, len(line_of_header) + 1, len(log), where, row_number)
+                    raw = RawEvents([log], lazy.starts)
+            if lazy is not None:
+                events = lazy.items
+            else:
+                events = scan_event_lines(lines, where, row_number, first=first)
+            # The scan keeps only lines whose seq is their index.
+            check_row_keys(rows, range(first, first + len(events)), where, first)
+            kept = lines[: len(events)]
             session, closers = restore_log(
                 session_id, header, events, where, repair=repair, position=row_number,
-                base=base, raw=raw,
+                base=base, raw=raw, lazy=lazy,
             )
         torn = sum(len(line) for line in lines[len(events) :])
         prefix = parts if parts is not None else [line_of_header + b"\n"]
@@ -308,19 +317,24 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
     def _fold_path(self, session_id: str) -> str:
         return os.path.join(self.fold_dir, encode_session_id(session_id) + ".fold")
 
-    def _write_fold(self, session_id: str, parsed: _Parsed) -> None:
-        lines = parsed.lines + [encode_event(event) for event in parsed.closers]
-        if parsed.starts is not None:
-            starts = parsed.starts[:-1] + line_starts(parsed.starts[-1], lines)
-        else:
-            starts = line_starts(len(parsed.prefix[0]), lines)
-        key = digest_parts(*parsed.prefix, *(piece for line in lines for piece in (line, b"\n")))
-        fold = snapshot(parsed.session, key, starts)
-        try:
-            ensure_private_dir(self.fold_dir)
-        except OSError:
-            return
-        write_fold(self._fold_path(session_id), fold)
+    def _fold_writer(self, session_id: str, parsed: _Parsed) -> Callable[[], None]:
+        state = fold_state(parsed.session)
+
+        def write() -> None:
+            lines = parsed.lines + [encode_event(event) for event in parsed.closers]
+            if parsed.starts is not None:
+                starts = parsed.starts[:-1] + line_starts(parsed.starts[-1], lines)
+            else:
+                starts = line_starts(len(parsed.prefix[0]), lines)
+            pieces = (piece for line in lines for piece in (line, b"\n"))
+            key = digest_parts(*parsed.prefix, *pieces)
+            try:
+                ensure_private_dir(self.fold_dir)
+            except OSError:
+                return
+            write_fold(self._fold_path(session_id), snapshot(state, key, starts))
+
+        return write
 
     def _fix_tail(self, session_id: str, parsed: _Parsed, lock: WriterLock) -> _OpenSession:
         db = self._conn()

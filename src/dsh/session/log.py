@@ -14,25 +14,28 @@ an eagerly decoded log.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, Protocol, TypeVar
 
 from dsh import _clock, _json
 from dsh.session.derive import DerivedMessages, Message, project
 from dsh.session.event import (
     SURFACE_TYPES,
+    VOCABULARY_TYPES,
     Event,
     InvalidEventError,
     check_surface_fields,
     check_vocabulary,
+    provenance_is_valid,
 )
 from dsh.session.raw import EventLog, RawEvents
+from dsh.session.seed import SESSION_FORMAT_VERSION, make_header, seed_event
 
 log = logging.getLogger("dsh.session")
 
-SESSION_FORMAT_VERSION = 0
-
-_ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "sourceEventSeqs", "surfaceOp"})
+__all__ = ["SESSION_FORMAT_VERSION", "Observer", "Session", "SessionIndex"]
 
 Observer = Callable[["Session", Event], object]
 
@@ -59,7 +62,7 @@ class Session:
         if type(id) is not str or not id:
             raise ValueError("session id must be a non-empty string")
         self.id = id
-        self.header: dict[str, Any] = _make_header(id, header)
+        self.header: dict[str, Any] = make_header(id, header)
         self._events: list[Event] = []
         self._raw: RawEvents | None = None  # lines of events held as ``None`` in ``_events``
         self._nodes: list[int] = []  # surface: seqs in order
@@ -74,7 +77,7 @@ class Session:
         self._publishing = False
         for index, item in enumerate(events):
             try:
-                event = _seed_event(item, index)
+                event = seed_event(item, index)
                 self._check_transition(event.type, event.seq, event.surface_op, event.source_event_seqs)
             except (InvalidEventError, TypeError, KeyError) as exc:
                 raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
@@ -161,39 +164,62 @@ class Session:
         raw: RawEvents,
         *,
         header: Mapping[str, Any] | None,
+        decoded: Sequence[int],
+        ends: Sequence[int],
     ) -> Session:
         """A session over a whole scanned log: ``items`` are decoded events, or envelopes (an
         object with ``type, seq, time, source_event_seqs, surface_op`` but no data) of
         log-only events whose lines ``raw`` holds and whose data nothing here reads; those are
-        checked as :meth:`extend` checks them and decoded on first access."""
+        decoded on first access.
+
+        ``decoded`` lists the indexes of the decoded events in order, ``ends`` those of the
+        ``turn/end`` envelopes. The store vouches that every envelope passes what :meth:`extend`
+        checks of it (its seq is its index, its time is not negative, it has neither
+        ``surfaceOp`` nor ``sourceEventSeqs``): only the decoded events are checked and folded
+        here, as :meth:`extend` does."""
         session = cls(id, header=header)
         session._raw = raw
-        events = session._events
-        append = events.append
-        for index, event in enumerate(items):
-            if type(event) is Event:
-                session._extend_one(event, index)
-            elif event.seq == index and event.time >= 0 and event.source_event_seqs is None:
-                # A log-only type without surfaceOp (the store's rule for lazy lines): the
-                # remaining checks are the ones above; only turn/end changes the fold.
-                append(None)  # type: ignore[arg-type]  # resolved by _event
-                if event.type == "turn/end":
-                    session._open_turn = None
-            else:
-                try:
-                    if event.seq != index:
-                        raise InvalidEventError(f"seq {event.seq} does not match its index {index}")
-                    if event.time < 0:
-                        raise InvalidEventError(f"time {event.time} must be a non-negative integer")
-                    session._check_transition(
-                        event.type, event.seq, event.surface_op, event.source_event_seqs
-                    )
-                except (InvalidEventError, TypeError, KeyError) as exc:
-                    raise InvalidEventError(
-                        f"invalid seed event at index {index}: {_reason(exc)}"
-                    ) from None
-                raise AssertionError("a lazy line the store should have decoded")  # pragma: no cover
+        session._fold_decoded(items, decoded, ends)
         return session
+
+    def _fold_decoded(self, items: Sequence[Any], decoded: Sequence[int], ends: Sequence[int]) -> None:
+        """:meth:`from_scan` over the decoded events only (see there). A ``turn/end`` envelope
+        between two of them closes the open turn. An event that plainly passes the checks of
+        :meth:`_extend_one` (a surface append with valid provenance, or a log-only event without
+        ``surfaceOp``, ``sourceEventSeqs`` or a vocabulary rule) is folded in directly (the
+        session is new: there is no index to feed); any other goes through them."""
+        events = self._events
+        pad = events.extend
+        fold_in = self._fold_in
+        end, last_end = 0, len(ends)
+        surface = SURFACE_TYPES
+        ruled = VOCABULARY_TYPES
+        for index in decoded:
+            if end < last_end and ends[end] < index:
+                self._open_turn = None
+                end = bisect_left(ends, index, end)
+            if len(events) < index:
+                pad(repeat(None, index - len(events)))  # type: ignore[arg-type]  # lazy
+            event = items[index]
+            kind, op, seqs = event.type, event.surface_op, event.source_event_seqs
+            if (
+                event.seq == index
+                and event.time >= 0
+                and (
+                    (
+                        op == "append"
+                        and kind in surface
+                        and (seqs is None or provenance_is_valid(seqs, index))
+                    )
+                    or (op is None and seqs is None and kind not in surface and kind not in ruled)
+                )
+            ):
+                fold_in(event)
+            else:
+                self._extend_one(event, index)
+        pad(repeat(None, len(items) - len(events)))  # type: ignore[arg-type]  # lazy
+        if end < last_end:
+            self._open_turn = None
 
     def extend(self, events: Iterable[Event]) -> None:
         """Commit events of a replayed log after those already held, without publishing them.
@@ -336,6 +362,20 @@ class Session:
                 )
 
     def _commit(self, event: Event) -> None:
+        self._fold_in(event)
+        for key, index in self._indexes.items():
+            try:
+                index.observe(event)
+            except Exception:
+                # The event is committed; a faulty index must not stop it being published
+                # (and so persisted). Drop the index: it is rebuilt from the log on next use.
+                log.exception("session %s: index %r failed on seq %s; dropping it", self.id, key, event.seq)
+                self._broken_indexes.append(key)
+        while self._broken_indexes:
+            self._indexes.pop(self._broken_indexes.pop(), None)
+
+    def _fold_in(self, event: Event) -> None:
+        """Add a checked event to the log and the fold (surface, messages, turns)."""
         self._events.append(event)
         kind = event.type
         if kind in SURFACE_TYPES:
@@ -356,16 +396,6 @@ class Session:
                 self._open_turn = turn
         elif kind == "turn/end":
             self._open_turn = None
-        for key, index in self._indexes.items():
-            try:
-                index.observe(event)
-            except Exception:
-                # The event is committed; a faulty index must not stop it being published
-                # (and so persisted). Drop the index: it is rebuilt from the log on next use.
-                log.exception("session %s: index %r failed on seq %s; dropping it", self.id, key, event.seq)
-                self._broken_indexes.append(key)
-        while self._broken_indexes:
-            self._indexes.pop(self._broken_indexes.pop(), None)
 
     def _replace(self, event: Event, start: int, end: int) -> None:
         i, j = self._positions[start], self._positions[end]
@@ -399,52 +429,3 @@ def _canonical_op(surface_op: Any) -> Any:
 
 def _reason(exc: BaseException) -> str:
     return str(exc) if not isinstance(exc, KeyError) else f"missing data key {exc}"
-
-
-def _make_header(id: str, header: Mapping[str, Any] | None) -> dict[str, Any]:
-    if header is None:
-        return {"version": SESSION_FORMAT_VERSION, "id": id, "createdAt": _clock.now_ms()}
-    out: dict[str, Any] = {
-        "version": header.get("version", SESSION_FORMAT_VERSION),
-        "id": header.get("id", id),
-        "createdAt": header["createdAt"] if "createdAt" in header else _clock.now_ms(),
-    }
-    for key in ("cwd", "parentSession", "seedLength"):
-        if header.get(key) is not None:
-            out[key] = header[key]
-    return out
-
-
-def _seed_event(item: Event | Mapping[str, Any], index: int) -> Event:
-    if isinstance(item, Event):
-        fields = item.to_json()
-        surface_first = item.surface_first
-    elif isinstance(item, Mapping):
-        fields = dict(item)
-        surface_first = False
-        extra = fields.keys() - _ENVELOPE_KEYS
-        if extra:
-            raise InvalidEventError(f"unexpected envelope key(s) {', '.join(sorted(extra))}")
-    else:
-        raise InvalidEventError("seed event is not an object")
-    for key in ("type", "seq", "time", "data"):
-        if key not in fields:
-            raise InvalidEventError(f"missing envelope key {key!r}")
-    type_, seq, time = fields["type"], fields["seq"], fields["time"]
-    if not isinstance(type_, str) or not type_:
-        raise InvalidEventError("type must be a non-empty string")
-    if type(seq) is not int or seq != index:
-        shown = _json.dumps(seq) if _json.is_lossless(seq) else repr(seq)
-        raise InvalidEventError(f"seq {shown} does not match its index {index}")
-    if type(time) is not int or time < 0:
-        raise InvalidEventError("time must be a non-negative integer")
-    try:
-        data = _json.snapshot(fields["data"])[0]
-        op = fields.get("surfaceOp")
-        op = None if op is None else _json.snapshot(op)[0]
-        seqs = fields.get("sourceEventSeqs")
-        seqs = None if seqs is None else _json.snapshot(seqs)[0]
-    except _json.NotLosslessJSON:
-        raise TypeError(f'session event "{type_}" carries non-JSON-serializable data') from None
-    check_vocabulary(type_, data)
-    return Event(type_, seq, time, data, seqs, op, surface_first)
