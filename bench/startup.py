@@ -16,7 +16,6 @@ from typing import Any
 
 from bench._util import median, scratch_dir
 
-
 # As a user's machine runs it: bytecode cached after the first start (some CI machines set
 # PYTHONDONTWRITEBYTECODE, which would time a recompile of dsh and its dependencies instead).
 _ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
