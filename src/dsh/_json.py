@@ -1,6 +1,6 @@
 """Lossless JSON: the only data dsh accepts into a durable record.
 
-Owns the snapshot rule for durable data (null, bool, str, finite numbers other than ``-0``,
+Owns the lossless rule for durable data (null, bool, str, finite numbers other than ``-0``,
 lists and str-keyed dicts; nothing else), the compact encoding used for every durable line
 (``separators=(",", ":")``, non-ASCII unescaped, insertion key order), and the decoder.
 
@@ -28,6 +28,10 @@ decode = _decoder.decode
 """Parse JSON bytes or str into plain Python values."""
 
 
+# Any encoding of zero has a "0"; msgspec writes -0.0 as "-0.0", whose "." is the rarer byte.
+_NEGATIVE_ZERO_MARK = 46 if 46 in encode(-0.0) else 48
+
+
 class NotLosslessJSON(TypeError):
     """Raised when a value is not lossless JSON."""
 
@@ -52,22 +56,27 @@ def _is_lossless(value: Any, seen: set[int]) -> bool:
     return False
 
 
-def snapshot(value: Any) -> tuple[Any, bytes]:
-    """Return ``(copy, encoded)`` for a lossless JSON value, or raise :class:`NotLosslessJSON`.
+def lossless_copy(value: Any) -> Any:
+    """A copy of a lossless JSON value sharing nothing with it, or raise :class:`NotLosslessJSON`.
 
-    The copy shares nothing with ``value``, so a caller mutating its input later cannot change a
-    committed record; ``encoded`` is the compact durable form.
+    A caller mutating its input later cannot change a committed record.
     """
     try:
-        encoded = _encoder.encode(value)
+        encoded = encode(value)
     except (TypeError, ValueError, RecursionError, OverflowError) as exc:
         raise NotLosslessJSON(str(exc)) from None
-    copy = _decoder.decode(encoded)
-    # ``-0.0 == 0.0`` survives the equality check, so look for it in the bytes; a hit is rare
-    # (only a string containing "-0" or a real negative zero) and falls back to the exact walk.
-    if copy != value or (may_hold_negative_zero(encoded) and not _is_lossless(value, set())):
+    copy = decode(encoded)
+    # ``-0.0 == 0.0`` survives the equality check, so look for it in the bytes, first with one
+    # memchr for the byte every encoding of -0.0 holds (a bytes search costs more than the rest
+    # of the check). A hit is rare (a string containing "-0", or a real negative zero) and falls
+    # back to the exact walk.
+    if copy != value or (
+        _NEGATIVE_ZERO_MARK in encoded
+        and may_hold_negative_zero(encoded)
+        and not _is_lossless(value, set())
+    ):
         raise NotLosslessJSON("value is not lossless JSON")
-    return copy, encoded
+    return copy
 
 
 def is_lossless(value: Any) -> bool:

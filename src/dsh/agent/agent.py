@@ -178,8 +178,8 @@ class AgentOptions:
 
 def _snapshot_message(content: Content, source: Mapping[str, object] | None) -> QueuedMessage:
     try:
-        snap_content = _json.snapshot(list(content))[0]
-        snap_source = _json.snapshot(dict(source) if source is not None else USER_SOURCE)[0]
+        snap_content = _json.lossless_copy(list(content))
+        snap_source = _json.lossless_copy(dict(source) if source is not None else USER_SOURCE)
     except (_json.NotLosslessJSON, TypeError):
         raise TypeError("agent message content and source must be losslessly JSON-serializable") from None
     return QueuedMessage(snap_content, snap_source)

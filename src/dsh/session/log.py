@@ -17,9 +17,10 @@ import logging
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, Protocol, TypeVar
+from time import time_ns as _time_ns
+from typing import Any, Final, Protocol, TypeVar
 
-from dsh import _clock, _json
+from dsh import _json
 from dsh.session.derive import DerivedMessages, Message, project
 from dsh.session.event import (
     SURFACE_TYPES,
@@ -36,6 +37,10 @@ from dsh.session.seed import SESSION_FORMAT_VERSION, make_header, seed_event
 log = logging.getLogger("dsh.session")
 
 __all__ = ["SESSION_FORMAT_VERSION", "Observer", "Session", "SessionIndex"]
+
+_APPEND: Final = "append"
+_SPECIAL_TYPES: Final = SURFACE_TYPES | VOCABULARY_TYPES | {"turn/start", "turn/end"}
+"""Types an append checks or folds beyond the envelope; any other is only logged."""
 
 Observer = Callable[["Session", Event], object]
 
@@ -294,18 +299,34 @@ class Session:
             raise RuntimeError("session append cannot reenter while another append is being published")
         if not isinstance(type, str) or not type:
             raise InvalidEventError("session event type must be a non-empty string")
+        seq = len(self._events)
         try:
-            snap, _ = _json.snapshot(data)
+            snap = _json.lossless_copy(data)
             op = surface_op if surface_op is None or surface_op == "append" else _canonical_op(surface_op)
-            seqs = None if source_event_seqs is None else _json.snapshot(list(source_event_seqs))[0]
+            seqs = None if source_event_seqs is None else list(source_event_seqs)
+            # Valid provenance (what the agent loop writes) is plain ints: no JSON round trip.
+            proven = seqs is None or provenance_is_valid(seqs, seq)
+            if not proven:
+                seqs = _json.lossless_copy(seqs)
         except _json.NotLosslessJSON:
             raise TypeError(f'session event "{type}" carries non-JSON-serializable data') from None
-        check_vocabulary(type, snap)
-        seq = len(self._events)
-        self._check_transition(type, seq, op, seqs)
-        event = Event(type, seq, _clock.now_ms(), snap, seqs, op)
-        self._commit(event)
-        self._publish(event)
+        special = type in _SPECIAL_TYPES
+        if special and type in VOCABULARY_TYPES:
+            check_vocabulary(type, snap)
+        # Log-only events without surface fields (chunks, steps: most appends) and surface
+        # appends (the literal "append") with valid or no provenance pass every rule unread.
+        surface = special and type in SURFACE_TYPES
+        if op is not (_APPEND if surface else None) or not (proven if surface else seqs is None):
+            self._check_transition(type, seq, op, seqs)
+        event = Event(type, seq, _time_ns() // 1_000_000, snap, seqs, op)  # _clock.now_ms, inlined
+        if special:
+            self._fold_in(event)
+        else:
+            self._events.append(event)  # the rest of the fold ignores this type
+        if self._indexes:
+            self._observe(event)
+        if self._observers:
+            self._publish(event)
         return event
 
     def subscribe(self, observer: Observer) -> Callable[[], None]:
@@ -363,6 +384,10 @@ class Session:
 
     def _commit(self, event: Event) -> None:
         self._fold_in(event)
+        if self._indexes:
+            self._observe(event)
+
+    def _observe(self, event: Event) -> None:
         for key, index in self._indexes.items():
             try:
                 index.observe(event)
@@ -407,8 +432,6 @@ class Session:
         self._messages = [m for m in (project(resolve(s)) for s in self._nodes) if m is not None]
 
     def _publish(self, event: Event) -> None:
-        if not self._observers:
-            return
         self._publishing = True
         try:
             for observer in list(self._observers):
@@ -424,7 +447,7 @@ def _canonical_op(surface_op: Any) -> Any:
     """A replace op as a fresh dict with the reference's key order (``op, start, end``)."""
     if isinstance(surface_op, Mapping) and set(surface_op) == {"op", "start", "end"}:
         surface_op = {"op": surface_op["op"], "start": surface_op["start"], "end": surface_op["end"]}
-    return _json.snapshot(surface_op)[0]
+    return _json.lossless_copy(surface_op)
 
 
 def _reason(exc: BaseException) -> str:

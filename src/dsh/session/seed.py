@@ -61,11 +61,11 @@ def seed_event(item: Event | Mapping[str, Any], index: int) -> Event:
     if type(time) is not int or time < 0:
         raise InvalidEventError("time must be a non-negative integer")
     try:
-        data = _json.snapshot(fields["data"])[0]
+        data = _json.lossless_copy(fields["data"])
         op = fields.get("surfaceOp")
-        op = None if op is None else _json.snapshot(op)[0]
+        op = None if op is None else _json.lossless_copy(op)
         seqs = fields.get("sourceEventSeqs")
-        seqs = None if seqs is None else _json.snapshot(seqs)[0]
+        seqs = None if seqs is None else _json.lossless_copy(seqs)
     except _json.NotLosslessJSON:
         raise TypeError(f'session event "{type_}" carries non-JSON-serializable data') from None
     check_vocabulary(type_, data)
