@@ -128,6 +128,13 @@ def to_json(value: Event | Mapping[str, Any] | Any) -> str:
     return _json.dumps(value)
 
 
+def canonical_surface_op(surface_op: Any) -> Any:
+    """A replace op as a fresh dict with the reference's key order (``op, start, end``)."""
+    if isinstance(surface_op, Mapping) and set(surface_op) == {"op", "start", "end"}:
+        surface_op = {"op": surface_op["op"], "start": surface_op["start"], "end": surface_op["end"]}
+    return _json.lossless_copy(surface_op)
+
+
 def check_surface_fields(
     type_: str, seq: int, surface_op: Any, source_event_seqs: Any
 ) -> None:

@@ -27,6 +27,7 @@ from dsh.session.event import (
     VOCABULARY_TYPES,
     Event,
     InvalidEventError,
+    canonical_surface_op,
     check_surface_fields,
     check_vocabulary,
     provenance_is_valid,
@@ -85,7 +86,7 @@ class Session:
                 event = seed_event(item, index)
                 self._check_transition(event.type, event.seq, event.surface_op, event.source_event_seqs)
             except (InvalidEventError, TypeError, KeyError) as exc:
-                raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
+                raise _seed_error(index, exc) from None
             self._commit(event)
 
     @classmethod
@@ -244,7 +245,7 @@ class Session:
             check_vocabulary(event.type, event.data)
             self._check_transition(event.type, event.seq, event.surface_op, event.source_event_seqs)
         except (InvalidEventError, TypeError, KeyError) as exc:
-            raise InvalidEventError(f"invalid seed event at index {index}: {_reason(exc)}") from None
+            raise _seed_error(index, exc) from None
         self._commit(event)
 
     # -- reading -----------------------------------------------------------------------------
@@ -302,7 +303,7 @@ class Session:
         seq = len(self._events)
         try:
             snap = _json.lossless_copy(data)
-            op = surface_op if surface_op is None or surface_op == "append" else _canonical_op(surface_op)
+            op = surface_op if surface_op is None or surface_op == "append" else canonical_surface_op(surface_op)
             seqs = None if source_event_seqs is None else list(source_event_seqs)
             # Valid provenance (what the agent loop writes) is plain ints: no JSON round trip.
             proven = seqs is None or provenance_is_valid(seqs, seq)
@@ -443,12 +444,7 @@ class Session:
             self._publishing = False
 
 
-def _canonical_op(surface_op: Any) -> Any:
-    """A replace op as a fresh dict with the reference's key order (``op, start, end``)."""
-    if isinstance(surface_op, Mapping) and set(surface_op) == {"op", "start", "end"}:
-        surface_op = {"op": surface_op["op"], "start": surface_op["start"], "end": surface_op["end"]}
-    return _json.lossless_copy(surface_op)
-
-
-def _reason(exc: BaseException) -> str:
-    return str(exc) if not isinstance(exc, KeyError) else f"missing data key {exc}"
+def _seed_error(index: int, exc: BaseException) -> InvalidEventError:
+    """The one error for a seed or replayed event that fails a check (KeyError: a data key)."""
+    reason = str(exc) if not isinstance(exc, KeyError) else f"missing data key {exc}"
+    return InvalidEventError(f"invalid seed event at index {index}: {reason}")
