@@ -1,8 +1,7 @@
 """The one wall clock of dsh.
 
 Every wall-clock reading (event ``time`` stamps, session ``createdAt``, time-context's ``now``)
-goes through :func:`now_ms`, which reads ``time.time_ns()`` on every call
-(``Session.append`` inlines it: a call is a measurable share of an append). Nothing caches a
+goes through :func:`now_ms`, which reads ``time.time_ns()`` on every call. Nothing caches a
 reading, so tests can freeze and move time with ``time-machine``, which patches the C function
 itself and so also the names bound to it.
 """

@@ -17,10 +17,10 @@ import logging
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
-from time import time_ns as _time_ns
 from typing import Any, Final, Protocol, TypeVar
 
 from dsh import _json
+from dsh._clock import now_ms
 from dsh.session.derive import DerivedMessages, Message, project
 from dsh.session.event import (
     SURFACE_TYPES,
@@ -319,7 +319,7 @@ class Session:
         surface = special and type in SURFACE_TYPES
         if op is not (_APPEND if surface else None) or not (proven if surface else seqs is None):
             self._check_transition(type, seq, op, seqs)
-        event = Event(type, seq, _time_ns() // 1_000_000, snap, seqs, op)  # _clock.now_ms, inlined
+        event = Event(type, seq, now_ms(), snap, seqs, op)
         if special:
             self._fold_in(event)
         else:
