@@ -29,6 +29,7 @@ import asyncio
 import collections
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,7 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--races", type=int, default=20, help="lock races per store (default 20)")
     parser.add_argument("--slow-tool", type=int, default=5, help="slow-tool kill trials per store (default 5)")
     parser.add_argument(
-        "--skip", default="", help="comma-separated parts to skip: crash,sweep,corrupt,race,slowtool"
+        "--escape-rounds", type=int, default=3, help="rounds of the attack tests (default 3)"
+    )
+    parser.add_argument(
+        "--skip", default="", help="comma-separated parts to skip: crash,sweep,corrupt,race,slowtool,escapes"
     )
     return parser
 
@@ -200,6 +204,26 @@ def _slow_tool(args: argparse.Namespace, stores: list[str], base: Path) -> tuple
     return total, failures, lines
 
 
+def _escapes(rounds: int) -> tuple[int, list[str], list[str]]:
+    """Every test marked ``attack`` (the escape, leak and hostile-input attempts), ``rounds`` times,
+    both tiers, through the real CLI as the suite runs them."""
+    failures: list[str] = []
+    for n in range(rounds):
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-m", "attack", "--full", "-q", "-n", "2", "-p", "no:randomly"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        summary = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+        print(f"  escapes round {n + 1}: {summary} ({time.monotonic() - started:.0f}s)", flush=True)
+        if proc.returncode != 0:
+            failures.append(f"escapes round {n + 1}: {summary}")
+    return rounds, failures, [f"escapes: {rounds} rounds of the attack tests, {len(failures)} failed"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = _parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
     if unknown:
@@ -218,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("corrupt", lambda: _corruptions(args.corruptions, args.seed)),
             ("race", lambda: _races(args.races, stores, base)),
             ("slowtool", lambda: _slow_tool(args, stores, base)),
+            ("escapes", lambda: _escapes(args.escape_rounds)),
         ]
         for name, run in parts:
             if name in skip:
