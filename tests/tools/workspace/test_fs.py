@@ -178,3 +178,22 @@ async def test_ten_megabyte_content_is_refused_clearly(make_ws: Any) -> None:
     assert result.is_error
     assert "content is too large (10485760 bytes; the limit is 5242880)" in result.content[0]["text"]
     assert not (ws.root / "big.txt").exists()
+
+
+async def test_git_metadata_write_goes_through_with_approval(make_ws: Any) -> None:
+    import subprocess
+
+    ws = await make_ws()
+    subprocess.run(["git", "init", "-q"], cwd=ws.root, check=True)
+    asked: list[str] = []
+
+    def asker(request: Any) -> str:
+        asked.append(request.reason)
+        return "allowed-once"
+
+    ws.ctx.approval.set_asker(asker)
+    out = await ws.text("write", {"file_path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n"})
+    assert out == "Created .git/hooks/pre-commit (1 lines, 10 bytes)"
+    assert asked == [f'writes "{ws.root}/.git/hooks/pre-commit" in the git metadata of the workspace {ws.root}']
+    assert await ws.text("write", {"file_path": "plain.txt", "content": "x"}) == "Created plain.txt (1 lines, 1 bytes)"
+    assert len(asked) == 1  # only git metadata asks
