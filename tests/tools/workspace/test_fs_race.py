@@ -8,15 +8,18 @@ Every write must either land inside the workspace or be refused: nothing outside
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from cli_support import NO_PROXY, calls, done, model_args, tool_results
-from tests.apps.conftest import run_dsh
+from tests.apps.conftest import dsh_env, run_dsh
 from tests.llm.sse_server import SSEServer
 from ws_support import needs_bwrap
 
-pytestmark = [pytest.mark.slow, needs_bwrap]
+pytestmark = pytest.mark.slow
 
 SWAP = """\
 import ctypes, os, time
@@ -34,6 +37,7 @@ WAIT_READY = "for i in $(seq 100); do [ -e ready ] && exit 0; sleep 0.1; done; e
 FILES = 300
 
 
+@needs_bwrap
 def test_writes_racing_a_folder_swap_never_land_outside(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     outside = tmp_path / "outside"
@@ -74,3 +78,31 @@ def test_writes_racing_a_folder_swap_never_land_outside(tmp_path: Path) -> None:
         assert "[sandbox: file access denied under workspace-write mode]" in message or (
             "the path changed while it was being opened (a symlink appeared in it)" in message
         ), message
+
+
+def test_a_write_failing_midway_leaves_no_temp_file(tmp_path: Path) -> None:
+    """dsh runs with a file-size limit (RLIMIT_FSIZE) below what an ``edit`` writes: the write
+    fails half-way (EFBIG), the file keeps its content and no temp file is left next to it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    original = ("a" * 99 + "\n") * 1000  # 100 kB; the edit makes it 1 MB
+    (ws / "big.txt").write_text(original)
+    limit = 600 * 1024  # above the session log (the read result is capped at 50 kB), below 1 MB
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    with SSEServer() as server:
+        server.push(calls(("read", {"file_path": "big.txt"})))
+        server.push(calls(("edit", {"file_path": "big.txt", "old_string": "a", "new_string": "b" * 10, "replace_all": True}), start=2))
+        server.push(done())
+        result = subprocess.run(
+            [sys.executable, "-m", "dsh", "run", "grow it", *model_args(server.base_url)],
+            cwd=ws, env=dsh_env(**NO_PROXY), capture_output=True, text=True, timeout=60,
+            preexec_fn=cap, stdin=subprocess.DEVNULL,
+        )
+    assert result.returncode == 0, result.stderr
+    [_read, (name, text, is_error)] = tool_results(ws)
+    assert name == "edit" and is_error and text == 'Error: cannot edit "big.txt": File too large', text
+    assert (ws / "big.txt").read_text() == original
+    assert sorted(os.listdir(ws)) == ["big.txt"]

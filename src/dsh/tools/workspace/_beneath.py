@@ -75,6 +75,8 @@ def kind_of(mode: int) -> str:
     """A file type in words, for refusals."""
     if stat.S_ISDIR(mode):
         return "directory"
+    if stat.S_ISREG(mode):
+        return "regular file"
     if stat.S_ISFIFO(mode):
         return "FIFO (named pipe)"
     if stat.S_ISCHR(mode):
@@ -150,15 +152,16 @@ def _raced(verb: str, shown: str) -> ToolError:
     return ToolError(RACE.format(verb=verb, shown=shown), code="PATH_CHANGED")
 
 
-def _refuse_component(dir_fd: int, name: str, verb: str, shown: str) -> ToolError:
-    """The error for a component that could not be opened as a folder."""
+def _refuse_component(dir_fd: int, name: str, verb: str, shown: str) -> Exception:
+    """The error for a component that could not be opened as a folder: the race when it is a
+    symlink (or vanished), else :class:`NotADirectoryError`."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return _raced(verb, shown)  # it vanished between the open and this look
     if stat.S_ISLNK(st.st_mode):
         return _raced(verb, shown)
-    return ToolError(f'cannot {verb} "{shown}": a folder in its path is a {kind_of(st.st_mode)}')
+    return NotADirectoryError(errno.ENOTDIR, "part of its path is a file, not a folder")
 
 
 @contextlib.contextmanager
@@ -168,7 +171,8 @@ def open_folder(anchor: Path, parts: Sequence[str], *, verb: str, shown: str, cr
     ``anchor`` is trusted (the workspace, resolved, or ``/``); each part is opened relative to the
     previous folder with ``O_NOFOLLOW``. With ``create`` a missing folder is made (mode 0777 less
     the umask, as ``mkdir -p`` would). Raises :class:`FileNotFoundError` when a folder is missing
-    and ``create`` is false, a :class:`ToolError` when a part is a symlink (the race) or no folder."""
+    and ``create`` is false, :class:`NotADirectoryError` when a part is a file, and a
+    :class:`ToolError` when a part is a symlink (the race)."""
     fd = os.open(anchor, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in parts:

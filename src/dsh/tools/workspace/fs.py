@@ -3,8 +3,17 @@
 Read-before-write: ``edit``, and ``write`` over an existing file, are refused unless this session
 read the file and it has not changed on disk since (size and mtime as read). Writes obey the
 sandbox mode in-process: nothing under ``read-only``, only the workspace and the session's temp
-dir under ``workspace-write``; paths are resolved through ``..`` and symlinks first. Under
-``danger-full-access`` a write outside the workspace asks for approval.
+dir under ``workspace-write``; paths are resolved through ``..`` and symlinks first. In the
+confined modes a write into the repository's git metadata
+(:func:`~dsh.tools.workspace.protect.protected_paths`) asks for approval, as a write outside the
+workspace does under ``danger-full-access``. dsh's own ``/proc`` files are refused outright.
+
+After the checks, the target is reached by :mod:`._beneath`'s walk, which follows no link: a
+folder swapped for a symlink after the check is refused, never followed, and a write's temp file
+is made (and renamed over the target) inside the very folder that was opened, then removed on any
+failure. Only regular files are read, edited or replaced (devices, FIFOs and sockets are refused,
+checked on the descriptor); reads are bounded by ``maxReadBytes`` whatever the file's size claims,
+and the file I/O runs off the event loop.
 
 ``read`` returns the reference's envelope: ``<path>``, ``<type>file</type>``, ``<content>`` with
 ``N: line`` rows and a footer saying where the file ends or how to continue. Binary (NUL bytes or
@@ -61,14 +70,15 @@ def _is_binary(sample: bytes) -> bool:
 
 
 def _too_large(verb: str, shown: str, limit: int, size: int | None) -> ToolError:
-    amount = f"{size} bytes" if size is not None else f"more than {limit} bytes"
+    # The size a file claims (0 for /proc files) is not trusted: reading past the limit says so.
+    amount = f"{size} bytes; the limit is {limit}" if size is not None else f"more than the limit of {limit} bytes"
     return ToolError(
-        f'cannot {verb} "{shown}": file is too large ({amount}; the limit is {limit}) — use grep, '
-        "or bash with head/sed, to read parts of it"
+        f'cannot {verb} "{shown}": file is too large ({amount}) — use grep, or bash with head/sed, '
+        "to read parts of it"
     )
 
 
-def _split(root: Path, path: Path, verb: str, shown: str) -> tuple[Path, tuple[str, ...], str]:
+def _split(root: Path, path: Path) -> tuple[Path, tuple[str, ...], str]:
     """The walk's anchor, the folders below it, and the file's name; a folder target is refused."""
     anchor = anchor_for(path, root)
     parts = path.relative_to(anchor).parts
@@ -78,7 +88,9 @@ def _split(root: Path, path: Path, verb: str, shown: str) -> tuple[Path, tuple[s
 
 
 def _os_error(verb: str, shown: str, exc: OSError, directory: str) -> ToolError:
-    if isinstance(exc, FileNotFoundError):
+    if isinstance(exc, NotADirectoryError) and verb == "write":
+        return ToolError(f'cannot write "{shown}": part of its path is a file, not a folder')
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
         return ToolError(f'cannot {verb} "{shown}": not found')
     if isinstance(exc, IsADirectoryError):
         return ToolError(f'cannot {verb} "{shown}": it is a directory{directory}')
@@ -93,7 +105,7 @@ def fs_tools(shared: Shared) -> list[Tool]:
         """The bytes of the regular file at ``path``, bounded by ``maxReadBytes`` (worker thread)."""
         limit = config.max_read_bytes
         try:
-            anchor, folders, name = _split(root, path, "read", shown)
+            anchor, folders, name = _split(root, path)
             with open_folder(anchor, folders, verb="read", shown=shown) as dir_fd:
                 fd, st = open_regular(dir_fd, name, verb="read", shown=shown)
                 try:
@@ -201,7 +213,7 @@ def fs_tools(shared: Shared) -> list[Tool]:
         def store() -> bool:
             """Write ``data`` beneath the checked folder; whether a file was there (worker thread)."""
             try:
-                anchor, folders, name = _split(root, path, "write", shown)
+                anchor, folders, name = _split(root, path)
                 with open_folder(anchor, folders, verb="write", shown=shown, create=True) as dir_fd:
                     try:
                         old = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -243,7 +255,7 @@ def fs_tools(shared: Shared) -> list[Tool]:
         def change() -> int:
             """Replace in the file beneath the checked folder; the count replaced (worker thread)."""
             try:
-                anchor, folders, name = _split(root, path, "edit", shown)
+                anchor, folders, name = _split(root, path)
                 with open_folder(anchor, folders, verb="edit", shown=shown) as dir_fd:
                     fd, st = open_regular(dir_fd, name, verb="edit", shown=shown)
                     try:

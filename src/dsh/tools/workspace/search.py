@@ -5,6 +5,12 @@ newest first, at most 100; ``grep`` returns matching lines with line numbers gro
 most 250. A capped result says so and saves the complete list to a spill file whose path it
 reports. ripgrep runs directly (no shell), with the pattern passed after ``-e``/``--glob`` so a
 pattern can never be taken for an option.
+
+Hostile input: a search is stopped after ``searchTimeoutMs`` (ripgrep killed and reaped, as on
+cancel); a FIFO, device or socket is refused as the search path (ripgrep would block on it, or
+read forever) and skipped by ripgrep inside folders; dsh's own ``/proc`` files are refused, and a
+search of ``/`` leaves ``/proc`` out. ripgrep gets ``--no-config`` and an environment without
+secrets.
 """
 
 from __future__ import annotations
