@@ -71,7 +71,6 @@ def test_writes_racing_a_folder_swap_never_land_outside(tmp_path: Path) -> None:
     assert len(landed) == len(created) and len(created) + len(refused) == FILES
     leftovers = [p for p in (*ws.rglob("*"), *outside.rglob("*")) if p.name.endswith(".dsh-tmp")]
     assert leftovers == []
-    # The swap really raced the writes: some landed, and some were refused or saw the swap.
     # The swap really raced the writes: some were refused, each with one of the two refusals.
     assert refused
     for message in refused:

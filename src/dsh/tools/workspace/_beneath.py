@@ -154,12 +154,12 @@ def _raced(verb: str, shown: str) -> ToolError:
 
 def _refuse_component(dir_fd: int, name: str, verb: str, shown: str) -> Exception:
     """The error for a component that could not be opened as a folder: the race when it is a
-    symlink (or vanished), else :class:`NotADirectoryError`."""
+    symlink, vanished or is a folder by now, else :class:`NotADirectoryError`."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return _raced(verb, shown)  # it vanished between the open and this look
-    if stat.S_ISLNK(st.st_mode):
+    if stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode):  # a folder again: swapped back
         return _raced(verb, shown)
     return NotADirectoryError(errno.ENOTDIR, "part of its path is a file, not a folder")
 
