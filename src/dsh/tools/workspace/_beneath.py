@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import queue
 import secrets
 import stat
 import threading
@@ -276,10 +277,38 @@ def replace_in(dir_fd: int, name: str, data: bytes, mode: int | None) -> os.stat
 # -- off the event loop ------------------------------------------------------------------------
 
 
+class _Workers:
+    """Daemon worker threads, started when none is idle and then kept (a thread start costs
+    ~0.2 ms, a hand-off ~0.05 ms). Daemon, unlike a ``ThreadPoolExecutor``'s, whose threads the
+    interpreter joins at exit: a call stuck in the kernel (a hung network mount) must not keep
+    dsh from exiting after SIGTERM."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1  # that idle thread (or another) takes this job
+        self._jobs.put(job)
+        if spawn:
+            threading.Thread(target=self._serve, name="dsh-file-tool", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+            with self._lock:
+                self._idle += 1
+
+
+_WORKERS: Final = _Workers()
+
+
 async def off_loop(fn: Callable[[], T]) -> T:
-    """Run ``fn`` on a daemon thread and await it. Cancelling the await returns at once; a call
-    stuck in the kernel (a hung network mount) cannot keep dsh from exiting, as a pool thread
-    would at interpreter shutdown."""
+    """Run ``fn`` on a daemon worker thread and await it; cancelling the await returns at once."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
 
@@ -301,5 +330,5 @@ async def off_loop(fn: Callable[[], T]) -> T:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, value, None)
 
-    threading.Thread(target=run, name="dsh-file-tool", daemon=True).start()
+    _WORKERS.submit(run)
     return await future
