@@ -42,6 +42,7 @@ def test_own_proc_files_are_refused_and_the_key_never_leaks(tmp_path: Path) -> N
                 ("read", {"file_path": "env-link"}),
                 ("read", {"file_path": "proc-link/cmdline"}),
                 ("read", {"file_path": f"/proc/{os.getpid()}/environ"}),  # dsh's parent
+                ("read", {"file_path": "/proc/1/environ"}),  # init: a container's key comes in there
                 ("grep", {"pattern": "sk-", "path": "/proc/self/environ"}),
                 ("grep", {"pattern": "sk-", "path": f"/proc/{pid}"}),
                 ("grep", {"pattern": "sk-", "path": "proc-link"}),

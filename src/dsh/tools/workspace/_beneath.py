@@ -95,10 +95,11 @@ def kind_of(mode: int) -> str:
 
 
 def _ancestors() -> set[int]:
-    """dsh's parent, its parent, ... (not pid 1): the shell that started dsh holds the keys too."""
+    """dsh's parent, its parent, ... up to pid 1: the shell that started dsh holds the keys too,
+    and so does a container's init when the key came in with ``docker run -e``."""
     found: set[int] = set()
     pid = os.getppid()
-    while pid > 1 and pid not in found:
+    while pid > 0 and pid not in found:
         found.add(pid)
         try:
             with open(f"/proc/{pid}/stat", "rb") as fh:
