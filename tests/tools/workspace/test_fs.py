@@ -178,3 +178,56 @@ async def test_ten_megabyte_content_is_refused_clearly(make_ws: Any) -> None:
     assert result.is_error
     assert "content is too large (10485760 bytes; the limit is 5242880)" in result.content[0]["text"]
     assert not (ws.root / "big.txt").exists()
+
+
+async def test_git_metadata_write_goes_through_with_approval(make_ws: Any) -> None:
+    import subprocess
+
+    ws = await make_ws()
+    subprocess.run(["git", "init", "-q"], cwd=ws.root, check=True)
+    asked: list[str] = []
+
+    def asker(request: Any) -> str:
+        asked.append(request.reason)
+        return "allowed-once"
+
+    ws.ctx.approval.set_asker(asker)
+    out = await ws.text("write", {"file_path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n"})
+    assert out == "Created .git/hooks/pre-commit (1 lines, 10 bytes)"
+    assert asked == [f'writes "{ws.root}/.git/hooks/pre-commit" in the git metadata of the workspace {ws.root}']
+    assert await ws.text("write", {"file_path": "plain.txt", "content": "x"}) == "Created plain.txt (1 lines, 1 bytes)"
+    assert len(asked) == 1  # only git metadata asks
+
+
+async def test_read_is_bounded_on_the_descriptor_not_by_the_claimed_size(make_ws: Any) -> None:
+    # /proc files claim a size of 0; reading past maxReadBytes is what refuses them.
+    assert os.stat("/proc/cpuinfo").st_size == 0
+    ws = await make_ws(maxReadBytes=100)
+    result = await ws.run("read", {"file_path": "/proc/cpuinfo"})
+    assert result.is_error
+    assert result.content[0]["text"] == (
+        'Error: cannot read "/proc/cpuinfo": file is too large (more than the limit of 100 bytes) — '
+        "use grep, or bash with head/sed, to read parts of it"
+    )
+
+
+async def test_write_over_a_folder_is_refused_without_a_temp_file(make_ws: Any) -> None:
+    ws = await make_ws()
+    (ws.root / "sub").mkdir()
+    (ws.root / "sub" / "x").mkdir()
+    result = await ws.run("write", {"file_path": "sub/x", "content": "data"})
+    assert result.is_error and result.content[0]["text"] == 'Error: cannot write "sub/x": it is a directory'
+    assert sorted(p.name for p in (ws.root / "sub").iterdir()) == ["x"]
+
+
+async def test_a_file_in_the_path_is_not_a_folder(make_ws: Any) -> None:
+    ws = await make_ws()
+    (ws.root / "a.txt").write_text("x\n")
+    assert await ws.text("write", {"file_path": "a.txt/b", "content": "y"}) == (
+        'Error: cannot write "a.txt/b": part of its path is a file, not a folder'
+    )
+    assert await ws.text("read", {"file_path": "a.txt/b"}) == 'Error: cannot read "a.txt/b": not found'
+    assert await ws.text("edit", {"file_path": "a.txt/b", "old_string": "x", "new_string": "y"}) == (
+        'Error: cannot edit "a.txt/b": not found'
+    )
+    assert (ws.root / "a.txt").read_text() == "x\n"

@@ -76,3 +76,13 @@ async def test_grep_cap(make_ws: Any) -> None:
     assert "(Results capped: showing the first 250 of 300 matches. The complete match list was saved to " in out
     saved = Path(out.rsplit("saved to ", 1)[1].rstrip(")"))
     assert saved.read_text().count(": hit") == 300
+
+
+def test_a_search_of_root_leaves_proc_out() -> None:
+    from pathlib import Path
+
+    from dsh.tools.workspace.search import _targets
+
+    targets = _targets(Path("/"))
+    assert "/proc" not in targets and "/etc" in targets
+    assert _targets(Path("/etc")) == ["/etc"]

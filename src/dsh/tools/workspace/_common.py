@@ -13,7 +13,7 @@ import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from dsh.tools.types import ContentBlock, ToolCall, ToolError
 
@@ -28,6 +28,9 @@ __all__ = [
     "text",
     "workspace_root",
 ]
+
+
+_RESOLVE_TRIES: Final = 5
 
 
 def text(value: str) -> list[ContentBlock]:
@@ -97,7 +100,17 @@ def resolve_path(root: Path, value: str) -> Path:
     path = Path(os.path.expanduser(value))
     if not path.is_absolute():
         path = root / path
-    return Path(os.path.realpath(path))
+    # realpath raises when a link is swapped for a folder between its lstat and its readlink
+    # (EINVAL): a process racing the tool. Look again; a path that keeps changing is refused.
+    for _ in range(_RESOLVE_TRIES - 1):
+        try:
+            return Path(os.path.realpath(path))
+        except OSError:
+            continue
+    try:
+        return Path(os.path.realpath(path))
+    except OSError:
+        raise ToolError(f'cannot resolve "{value}": it kept changing while it was being resolved — retry') from None
 
 
 def display_path(root: Path, path: Path) -> str:

@@ -8,7 +8,8 @@ YAML keys (all optional): ``sandbox`` (``read-only`` | ``workspace-write`` |
 120000 / 600000), ``graceMs`` (SIGTERM→SIGKILL, default 2000), ``maxOutputBytes`` (per stream,
 default 30000), ``jobWaitMs`` / ``maxJobWaitMs`` (``job_output`` wait, default 30000 / 300000),
 ``maxReadBytes`` (files larger are refused by ``read``, default 5 MB), ``maxWriteBytes`` (default
-5 MB), ``spillDir`` (default ``$TMPDIR/dsh-spill-<uid>``), ``bwrap`` (path to bubblewrap).
+5 MB), ``searchTimeoutMs`` (``grep``/``glob`` are stopped after it, default 60000), ``spillDir``
+(default ``$TMPDIR/dsh-spill-<uid>``), ``bwrap`` (path to bubblewrap).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Config(msgspec.Struct, rename="camel"):
     max_job_wait_ms: Positive = 300_000
     max_read_bytes: Positive = 5 * 1024 * 1024
     max_write_bytes: Positive = 5 * 1024 * 1024
+    search_timeout_ms: Positive = 60_000
     spill_dir: str | None = None
     bwrap: str | None = None
 

@@ -5,13 +5,21 @@ newest first, at most 100; ``grep`` returns matching lines with line numbers gro
 most 250. A capped result says so and saves the complete list to a spill file whose path it
 reports. ripgrep runs directly (no shell), with the pattern passed after ``-e``/``--glob`` so a
 pattern can never be taken for an option.
+
+Hostile input: a search is stopped after ``searchTimeoutMs`` (ripgrep killed and reaped, as on
+cancel); a FIFO, device or socket is refused as the search path (ripgrep would block on it, or
+read forever) and skipped by ripgrep inside folders; dsh's own ``/proc`` files are refused, and a
+search of ``/`` leaves ``/proc`` out. ripgrep gets ``--no-config`` and an environment without
+secrets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import stat
 import sys
 import sysconfig
 from functools import cache
@@ -20,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from dsh.tools.types import Tool, ToolCall, ToolError, define_tool
+from dsh.tools.workspace._beneath import OWN_PROCESS, holds_own_process, kind_of
 from dsh.tools.workspace._common import display_path, resolve_path, str_arg, text, workspace_root
 from dsh.tools.workspace.config import Shared
 
@@ -29,6 +38,10 @@ GLOB_CAP: Final = 100
 GREP_CAP: Final = 250
 LINE_CAP: Final = 500
 _VCS: Final = ("!.git", "!.hg", "!.svn")
+SEARCH_TIMEOUT: Final = (
+    "{tool} timed out after {ms} ms (searchTimeoutMs) and was stopped — search a smaller folder, "
+    "or narrow the search with a more specific path or pattern"
+)
 
 
 @cache
@@ -51,29 +64,64 @@ def find_rg() -> str:
     raise ToolError("ripgrep is not installed with dsh (pip install ripgrep)")
 
 
-async def _rg(args: list[str], cwd: Path) -> tuple[int, bytes, str]:
+def _rg_env() -> dict[str, str]:
+    """ripgrep's environment: enough to run, nothing secret (``/proc/<rg pid>/environ`` is then
+    harmless) and no ``RIPGREP_CONFIG_PATH`` that could add options."""
+    keep = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "HOME")
+    return {k: v for k, v in os.environ.items() if k in keep}
+
+
+async def _rg(args: list[str], cwd: Path, *, tool: str, timeout_ms: int) -> tuple[int, bytes, str]:
+    """Run ripgrep; killed (and reaped) on timeout or cancel, so a search can never hang a turn."""
     proc = await asyncio.create_subprocess_exec(
-        find_rg(), *args,
+        find_rg(), "--no-config", *args,
         cwd=str(cwd),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        env=_rg_env(),
     )
     try:
-        out, err = await proc.communicate()
-    except BaseException:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_ms / 1000)
+    except TimeoutError:
+        raise ToolError(SEARCH_TIMEOUT.format(tool=tool, ms=timeout_ms)) from None
+    finally:
         if proc.returncode is None:
-            proc.kill()
-        raise
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(proc.wait())
     return proc.returncode or 0, out, err.decode(errors="replace").strip()
 
 
 def _search_root(call: ToolCall, value: str | None) -> tuple[Path, Path]:
+    """The workspace and the resolved place to search: never dsh's own ``/proc`` files, never a
+    FIFO, device or socket (ripgrep would block on a FIFO, or read a device forever)."""
     root = workspace_root(call)
     base = resolve_path(root, value) if value else root
-    if not base.exists():
-        raise ToolError(f'path "{value}" does not exist')
+    shown = display_path(root, base)
+    if holds_own_process(base):  # /proc itself holds dsh's folder: a search would enter it
+        raise ToolError(OWN_PROCESS.format(verb="search", shown=shown), code="SANDBOX_DENIED")
+    try:
+        st = base.stat()
+    except FileNotFoundError:
+        raise ToolError(f'path "{value}" does not exist') from None
+    except OSError as exc:
+        raise ToolError(f'cannot search "{shown}": {exc.strerror or exc}') from None
+    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+        raise ToolError(f'cannot search "{shown}": it is a {kind_of(st.st_mode)}, not a regular file or folder')
     return root, base
+
+
+def _targets(base: Path) -> list[str]:
+    """What ripgrep searches for ``base``: ``/`` is searched as its entries but ``/proc`` (dsh's
+    environment is in there; ripgrep's globs cannot exclude it from an absolute root)."""
+    if base != Path("/"):
+        return [str(base)]
+    try:
+        return [f"/{name}" for name in sorted(os.listdir("/")) if name != "proc"]
+    except OSError as exc:
+        raise ToolError(f'cannot search "/": {exc.strerror or exc}') from None
 
 
 def search_tools(shared: Shared) -> list[Tool]:
@@ -89,7 +137,9 @@ def search_tools(shared: Shared) -> list[Tool]:
         for vcs in _VCS:
             rg_args += ["--glob", vcs]
         rg_args += ["--glob", pattern]
-        code, out, err = await _rg(rg_args, base)
+        if base == Path("/"):
+            rg_args += ["--", *_targets(base)]
+        code, out, err = await _rg(rg_args, base, tool="glob", timeout_ms=shared.config.search_timeout_ms)
         if code not in (0, 1):
             raise ToolError(f"glob failed: {err or f'ripgrep exit {code}'}")
         names = [n for n in out.decode("utf-8", errors="replace").split("\0") if n]
@@ -123,8 +173,8 @@ def search_tools(shared: Shared) -> list[Tool]:
             rg_args += ["--glob", vcs]
         if include:
             rg_args += ["--glob", include]
-        rg_args += ["-e", pattern, "--", str(base)]
-        code, out, err = await _rg(rg_args, root)
+        rg_args += ["-e", pattern, "--", *_targets(base)]
+        code, out, err = await _rg(rg_args, root, tool="grep", timeout_ms=shared.config.search_timeout_ms)
         if code == 2 and not out:
             raise ToolError(f"grep failed: {err.splitlines()[0] if err else 'invalid pattern'}")
         groups: dict[str, list[str]] = {}
