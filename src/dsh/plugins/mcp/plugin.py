@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dsh.plugins.mcp.config import SECRETS, Config, ServerSpec, discover, spec_from_config
+from dsh.plugins.mcp.config import SECRETS, Config, ServerSpec, spec_from_config
+from dsh.plugins.mcp.mcp_json import discover_all
 from dsh.plugins.mcp.naming import public_tool_name
 from dsh.runtime.context import Context
 from dsh.tools.registry import TOOLS, ToolRegistry
@@ -195,15 +196,34 @@ async def connect(
     return mount
 
 
-def _specs(config: Config) -> list[ServerSpec]:
-    if config.discover:
-        return discover(project_file=config.project_file, user_file=config.user_file)
-    return [spec_from_config(config, source="plugin config")]
+# Servers of untrusted project files per tool registry: never started, listed by ``dsh mcp list``.
+_UNTRUSTED: weakref.WeakKeyDictionary[ToolRegistry, list[ServerSpec]] = weakref.WeakKeyDictionary()
+
+
+def untrusted(registry: ToolRegistry) -> list[ServerSpec]:
+    """The servers of untrusted project files a discovery on ``registry`` skipped."""
+    return list(_UNTRUSTED.get(registry, []))
 
 
 async def apply(ctx: Context, config: Config) -> None:
     """Connect this entry's servers and register their tools until the entry is disposed."""
-    mount = await connect(ctx.require(TOOLS), _specs(config), skip_taken=config.discover)
+    registry = ctx.require(TOOLS)
+    if config.discover:
+        found = discover_all(project_file=config.project_file, user_file=config.user_file)
+        specs = found.specs
+        if found.untrusted:
+            skipped = _UNTRUSTED.setdefault(registry, [])
+            skipped.extend(found.untrusted)
+
+            def forget() -> None:
+                for spec in found.untrusted:
+                    if spec in skipped:
+                        skipped.remove(spec)
+
+            ctx.defer(forget)
+    else:
+        specs = [spec_from_config(config, source="plugin config")]
+    mount = await connect(registry, specs, skip_taken=config.discover)
     ctx.defer(mount.close)
 
 
@@ -215,4 +235,4 @@ def status_line(server: Server) -> str:
     return f"{conn.status}: {SECRETS.scrub(conn.reason or 'unknown')}" if conn.reason else conn.status
 
 
-__all__ += ["status_line"]
+__all__ += ["status_line", "untrusted"]
