@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.mcp.conftest import sse_server  # noqa: F401 (the scripted model, for these tests too)
+
 KEY = "sk-hostile-test-4242-do-not-leak"
 
 

@@ -28,10 +28,10 @@ pytestmark = pytest.mark.slow
 )
 def test_an_untrusted_mcp_json_starts_nothing(hostile: Hostile, args: list[str], stdin: str) -> None:
     result = run_dsh(args, hostile.project, stdin=stdin, timeout=120, **hostile.env)
-    assert result.returncode == 0, result.stderr
-    assert result.stderr.splitlines() == [hostile.line()]
     assert not hostile.marker.exists()
     hostile.assert_key_nowhere(result.stdout, result.stderr)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [hostile.line()]
 
 
 def test_mcp_list_shows_untrusted_servers_and_succeeds(hostile: Hostile) -> None:
