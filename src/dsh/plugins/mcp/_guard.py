@@ -58,7 +58,8 @@ def _descendants(root: int) -> list[int]:
         children.setdefault(int(fields[1]), []).append(pid)
         if fields[0] == b"Z":
             zombies.add(pid)
-    found, todo = [], [root]
+    found: list[int] = []
+    todo = [root]
     while todo:
         for child in children.get(todo.pop(), []):
             todo.append(child)
@@ -69,7 +70,7 @@ def _descendants(root: int) -> list[int]:
 
 def _reap() -> list[tuple[int, int]]:
     """Every exited child, reaped: ``(pid, status)``."""
-    reaped = []
+    reaped: list[tuple[int, int]] = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
