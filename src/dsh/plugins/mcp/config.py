@@ -29,6 +29,7 @@ from dsh.runtime.config import ConfigError
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_MS",
+    "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_STARTUP_TIMEOUT_MS",
     "Config",
     "Secrets",
@@ -43,6 +44,7 @@ __all__ = [
 
 DEFAULT_CALL_TIMEOUT_MS = 60_000
 DEFAULT_STARTUP_TIMEOUT_MS = 30_000
+DEFAULT_MAX_RESULT_BYTES = 30_000
 
 Transport = Literal["stdio", "streamable-http"]
 Approval = Literal["ask", "trusted"]
@@ -90,6 +92,7 @@ class ServerSpec:
     call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS
     startup_timeout_ms: int = DEFAULT_STARTUP_TIMEOUT_MS
     fail_on_startup_error: bool = False
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
 
     @property
     def needs_approval(self) -> bool:
@@ -117,6 +120,7 @@ class Config(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     tool_call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS
     startup_timeout_ms: int = DEFAULT_STARTUP_TIMEOUT_MS
     fail_on_startup_error: bool = False
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     # Discovery mode: read the project and user ``.mcp.json`` files.
     discover: bool = False
     project_file: str | None = None
@@ -136,6 +140,7 @@ class Config(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
         for key, value in (
             ("toolCallTimeoutMs", self.tool_call_timeout_ms),
             ("startupTimeoutMs", self.startup_timeout_ms),
+            ("maxResultBytes", self.max_result_bytes),
         ):
             if value <= 0:
                 raise ValueError(f"mcp: {key} must be a positive integer, got {value}")
@@ -203,4 +208,5 @@ def spec_from_config(
         call_timeout_ms=config.tool_call_timeout_ms,
         startup_timeout_ms=config.startup_timeout_ms,
         fail_on_startup_error=config.fail_on_startup_error,
+        max_result_bytes=config.max_result_bytes,
     )

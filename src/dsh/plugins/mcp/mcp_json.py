@@ -22,6 +22,7 @@ from typing import Any
 from dsh._home import dsh_home
 from dsh.plugins.mcp.config import (
     DEFAULT_CALL_TIMEOUT_MS,
+    DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_STARTUP_TIMEOUT_MS,
     ServerSpec,
     Transport,
@@ -104,6 +105,7 @@ def _check(name: str, raw: object, path: Path) -> RawServer:
         raise ConfigError(f'{where}: approval must be "ask" or "trusted"')
     _positive(raw, "toolCallTimeoutMs", DEFAULT_CALL_TIMEOUT_MS, where)
     _positive(raw, "startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS, where)
+    _positive(raw, "maxResultBytes", DEFAULT_MAX_RESULT_BYTES, where)
     if not isinstance(raw.get("failOnStartupError", False), bool):
         raise ConfigError(f"{where}: failOnStartupError must be true or false")
     checked = dict(raw)
@@ -134,6 +136,7 @@ def resolve(server: RawServer, environ: Mapping[str, str]) -> ServerSpec:
         call_timeout_ms=raw.get("toolCallTimeoutMs", DEFAULT_CALL_TIMEOUT_MS),
         startup_timeout_ms=raw.get("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS),
         fail_on_startup_error=raw.get("failOnStartupError", False),
+        max_result_bytes=raw.get("maxResultBytes", DEFAULT_MAX_RESULT_BYTES),
     )
 
 

@@ -24,6 +24,7 @@ import logging
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsh.plugins.mcp.config import SECRETS, Config, ServerSpec, spec_from_config
@@ -112,12 +113,18 @@ class Server:
     def _tool(self, public: str, item: types.Tool) -> Tool:
         raw, connection = item.name, self.connection
 
-        from dsh.plugins.mcp.results import map_result
+        from dsh.plugins.mcp.results import cap_result, map_result, result_bytes
+
+        limit = self.spec.max_result_bytes
 
         async def execute(args: object, call: ToolCall) -> ToolResult:
             # A model may send a bare string or null: the server then reports what it needs.
             arguments: dict[str, object] = args if isinstance(args, dict) else {}
-            return map_result(raw, await connection.call(raw, arguments, call.signal))
+            result = map_result(raw, await connection.call(raw, arguments, call.signal))
+            if result_bytes(result) <= limit:
+                return result
+            # Tens of megabytes to encode and write: off the event loop.
+            return await asyncio.to_thread(cap_result, result, limit, lambda full: _spill(call, full))
 
         schema = item.input_schema if isinstance(item.input_schema, dict) else {}
         return define_tool(
@@ -135,6 +142,13 @@ class Server:
         key = (self.agent_id, self.spec.name)
         if live is not None and live.get(key) is self:
             del live[key]
+
+
+def _spill(call: ToolCall, full: str) -> Path:
+    """Save a cut result's full text where ``bash`` keeps its full outputs."""
+    from dsh.tools.workspace._common import SpillStore, session_id
+
+    return SpillStore(None).save(session_id(call), "mcp", full)
 
 
 @dataclass
