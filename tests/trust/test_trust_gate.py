@@ -107,3 +107,13 @@ def test_revoke_by_path_or_folder(tmp_path: Path) -> None:
     trust.trust([_file(project)], store)
     assert len(trust.revoke(None, project, store)) == 1
     assert trust.revoke(None, project, store) == []
+
+
+def test_the_one_line_shows_terminal_controls_escaped(tmp_path: Path) -> None:
+    (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {
+        "s": {"command": "evil\x1b]0;title\x07", "args": ["a\nb", "\x1b[2J"]},
+        "w": {"url": "http://h/mcp"},
+    }}))
+    line = trust.untrusted_line(_file(tmp_path), "new")
+    assert "\n" not in line and "\x1b" not in line and "\x07" not in line
+    assert "'evil\\x1b]0;title\\x07' 'a\\nb' '\\x1b[2J', connect to http://h/mcp;" in line

@@ -159,7 +159,7 @@ def untrusted_line(file: ProjectFile, why: str, commands: Sequence[Command] | No
         f"{file.path} is not trusted ({why}); it would run: {would}; "
         f"review and trust it with: dsh trust (in {file.folder})"
     )
-    return escape_controls(" ".join(line.split("\n")))
+    return escape_controls(line.replace("\n", "\\n"))
 
 
 _DECLINED: set[tuple[str, str, str]] = set()
