@@ -1,5 +1,5 @@
-"""The ``dsh`` command line: ``dsh chat``, ``dsh run``, ``dsh sessions``, ``dsh acp``, ``dsh mcp``
-and ``dsh reminders``.
+"""The ``dsh`` command line: ``dsh chat``, ``dsh run``, ``dsh sessions``, ``dsh acp``, ``dsh mcp``,
+``dsh trust`` and ``dsh reminders``.
 
 Owns argument parsing, dispatch to the command bodies in :mod:`dsh.apps` (each imported only
 when its command runs), and turning every error a person can cause into one line on stderr:
@@ -178,10 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
         _store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     mcp_cmd.add_parser(commands, _Parser)
+    _trust_parser(commands)
     from dsh.apps import reminders
 
     reminders.add_parser(commands, _store_options)
     return parser
+
+
+def _trust_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    from dsh.apps import trust_cmd
+
+    trust_cmd.add_parser(commands, _Parser)
 
 
 ACP_SKIPS = frozenset({"help", "resume", "continue_", "plain"})
@@ -221,6 +228,10 @@ def _command(name: str) -> Command:
         return sessions_cmd.run
     if name == "mcp":
         return mcp_cmd.run
+    if name == "trust":
+        from dsh.apps import trust_cmd
+
+        return trust_cmd.run
     from dsh.apps import reminders
 
     return lambda args: reminders.run_command(args, reminders.CliHost(open_store, default_entries, ECHO_MODEL))

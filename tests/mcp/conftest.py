@@ -46,10 +46,22 @@ def stdio_server(tag: str, tmp: Path, **extra: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [str(SERVER)], "env": env, "startupTimeoutMs": 180_000, **extra}
 
 
-def write_mcp_json(folder: Path, servers: dict[str, Any]) -> Path:
+def write_mcp_json(folder: Path, servers: dict[str, Any], *, trusted_in: Path | None = None) -> Path:
+    """Write ``folder/.mcp.json``; ``trusted_in`` (a dsh home) also records the user's trust in
+    it there, through the trust API, as ``dsh trust --yes`` would."""
     path = folder / ".mcp.json"
     path.write_text(json.dumps({"mcpServers": servers}, indent=2))
+    if trusted_in is not None:
+        trust_project(folder, trusted_in)
     return path
+
+
+def trust_project(folder: Path, home: Path) -> None:
+    """Trust the project files of ``folder`` in the dsh home ``home``."""
+    from dsh import trust
+    from dsh.plugins.mcp.mcp_json import KIND
+
+    trust.trust(trust.project_files(folder, [KIND]), trust.TrustStore(home / "trust.json"))
 
 
 def pids(pidfile: Path) -> list[tuple[int, int]]:

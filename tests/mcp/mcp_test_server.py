@@ -3,7 +3,10 @@
 ``python mcp_test_server.py`` serves stdio; ``--http PORT`` serves streamable HTTP on
 127.0.0.1. Environment: ``MCP_TAG`` names the server in replies, ``MCP_PIDFILE`` gets one line
 ``<pid> <parent pid>`` per start, ``MCP_MARKER`` records what ``hang`` saw (started/cancelled),
-``MCP_FAIL_START=1`` exits at once with a message on stderr.
+``MCP_FAIL_START=1`` exits at once with a message on stderr. ``MCP_SPAWN=FILE`` first starts two
+processes that leave the server's process group, a ``setsid`` sleeper and a double-forked
+daemon, and writes their pids to FILE (one line ``<sleeper> <daemon>``); ``MCP_BIG=N``
+makes the tool ``big`` return N bytes of text ending in ``THE-END``.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import subprocess
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -91,10 +95,43 @@ async def hang(seconds: float = 3600) -> str:
     return "woke up"
 
 
+@app.tool()
+def big() -> str:
+    """A result of MCP_BIG bytes."""
+    size = int(os.environ.get("MCP_BIG", "0"))
+    return "x" * max(size - 7, 0) + "THE-END"
+
+
+def _spawn_escapees(pidfile: str) -> None:
+    """A setsid sleeper and a double-forked daemon: both leave the server's process group."""
+    sleeper = subprocess.Popen(
+        ["sleep", "600"], start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    read, write = os.pipe()
+    first = os.fork()
+    if first == 0:
+        os.setsid()
+        if os.fork() == 0:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.write(write, f"{os.getpid()}\n".encode())
+            os.execvp("sleep", ["sleep", "601"])
+        os._exit(0)
+    os.waitpid(first, 0)
+    os.close(write)
+    daemon = int(os.read(read, 64).decode().strip())
+    with open(pidfile, "a", encoding="utf-8") as f:
+        f.write(f"{sleeper.pid} {daemon}\n")
+
+
 def main() -> None:
     if os.environ.get("MCP_FAIL_START") == "1":
         print("mcp test server: refusing to start", file=sys.stderr)
         sys.exit(1)
+    if os.environ.get("MCP_SPAWN"):
+        _spawn_escapees(os.environ["MCP_SPAWN"])
     pidfile = os.environ.get("MCP_PIDFILE")
     if pidfile:
         with open(pidfile, "a", encoding="utf-8") as f:

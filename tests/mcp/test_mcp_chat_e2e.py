@@ -114,6 +114,7 @@ def test_stdio_and_http_tools_in_a_chat(
             "beta": {"type": "http", "url": beta.url, "headers": {"Authorization": "Bearer ${MCP_TEST_TOKEN}"},
                      "approval": "trusted"},
         },
+        trusted_in=tmp_path / "home",
     )
     sse_server.push(
         calls(
@@ -196,7 +197,7 @@ def test_stdio_and_http_tools_in_a_chat(
 
 @pytest.mark.sigkill
 def test_server_killed_mid_session_recovers(sse_server: SSEServer, workdir: Path, tmp_path: Path) -> None:
-    write_mcp_json(workdir, {"alpha": stdio_server("alpha", tmp_path, approval="trusted")})
+    write_mcp_json(workdir, {"alpha": stdio_server("alpha", tmp_path, approval="trusted")}, trusted_in=tmp_path / "home")
     sse_server.push(
         calls(("k1", "mcp__alpha__search", {"q": "after restart"})),
         text("recovered"),
@@ -224,7 +225,7 @@ def test_server_killed_mid_session_recovers(sse_server: SSEServer, workdir: Path
 
 
 def test_ctrl_c_cancels_the_mcp_call(sse_server: SSEServer, workdir: Path, tmp_path: Path) -> None:
-    write_mcp_json(workdir, {"alpha": stdio_server("alpha", tmp_path, approval="trusted")})
+    write_mcp_json(workdir, {"alpha": stdio_server("alpha", tmp_path, approval="trusted")}, trusted_in=tmp_path / "home")
     sse_server.push(calls(("h1", "mcp__alpha__hang", {})), text("after cancel"))
     chat = Interactive(chat_args(sse_server), workdir, **env(tmp_path))
     try:
@@ -250,6 +251,7 @@ def test_kill_9_of_dsh_leaves_no_server(sse_server: SSEServer, workdir: Path, tm
     write_mcp_json(
         workdir,
         {"alpha": stdio_server("alpha", tmp_path), "gamma": stdio_server("gamma", tmp_path)},
+        trusted_in=tmp_path / "home",
     )
     chat = Interactive(chat_args(sse_server), workdir, **env(tmp_path))
     try:
@@ -273,6 +275,7 @@ def test_servers_failing_to_start(sse_server: SSEServer, workdir: Path, tmp_path
             "nohttp": {"url": "http://127.0.0.1:9/mcp?key=${MCP_TEST_TOKEN}"},
             "alpha": stdio_server("alpha", tmp_path, approval="trusted"),
         },
+        trusted_in=tmp_path / "home",
     )
     sse_server.push(calls(("a1", "mcp__alpha__search", {"q": "still works"})), text("fine"))
     result = run_dsh(chat_args(sse_server), workdir, stdin="hi\n", timeout=240, **env(tmp_path))
@@ -299,7 +302,11 @@ def test_servers_failing_to_start(sse_server: SSEServer, workdir: Path, tmp_path
     assert TOKEN not in listing.stdout + listing.stderr
 
     # failOnStartupError: the chat does not start, with one line and exit 2.
-    write_mcp_json(workdir, {"missing": {"command": "/nonexistent/mcp-server", "failOnStartupError": True}})
+    write_mcp_json(
+        workdir,
+        {"missing": {"command": "/nonexistent/mcp-server", "failOnStartupError": True}},
+        trusted_in=tmp_path / "home",
+    )
     fatal = run_dsh(chat_args(sse_server), workdir, stdin="hi\n", timeout=240, **env(tmp_path))
     assert fatal.returncode == 2
     assert fatal.stderr.strip().count("\n") == 0

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.apps.conftest import run_dsh
+from tests.mcp.conftest import trust_project
 
 
 @pytest.mark.slow
@@ -29,6 +30,7 @@ def test_mcp_list_with_a_missing_config_file(workdir: Path) -> None:
 @pytest.mark.slow
 def test_a_broken_mcp_json_stops_chat_with_one_line(workdir: Path, tmp_path: Path) -> None:
     (workdir / ".mcp.json").write_text('{"mcpServers": {"s": {"command": "x", "env": {"T": "${UNSET_MCP_VAR}"}}}}')
+    trust_project(workdir, tmp_path / "home")
     result = run_dsh(["chat"], workdir, stdin="hi\n", DSH_HOME=str(tmp_path / "home"))
     assert result.returncode == 2
     assert result.stderr.strip() == (
@@ -56,6 +58,7 @@ def test_a_server_that_never_answers_fails_at_its_startup_timeout(workdir: Path,
     (workdir / ".mcp.json").write_text(
         json.dumps({"mcpServers": {"mute": {"command": "sleep", "args": ["600"], "startupTimeoutMs": 1000}}})
     )
+    trust_project(workdir, tmp_path / "home")
     result = run_dsh(["mcp", "list"], workdir, timeout=120, DSH_HOME=str(tmp_path / "home"))
     assert result.returncode == 1
     assert "mute  stdio  failed: no answer to initialize and tools/list within 1s" in result.stdout

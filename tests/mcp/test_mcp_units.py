@@ -17,16 +17,15 @@ from dsh.plugins.mcp.client import GUARD
 from dsh.plugins.mcp.config import (
     SECRETS,
     Config,
-    discover,
     dsh_home,
-    load_mcp_json,
     spec_from_config,
 )
+from dsh.plugins.mcp.mcp_json import discover, load_mcp_json
 from dsh.plugins.mcp.naming import public_tool_name, valid_server_name
 from dsh.plugins.mcp.results import map_result
 from dsh.plugins.mcp.supervision import MAX_FAILURES, Backoff, backoff_delay
 from dsh.runtime.config import ConfigError, validate_config
-from tests.mcp.conftest import alive, wait_for
+from tests.mcp.conftest import alive, trust_project, wait_for
 
 # Computed with the reference's own function (Node's crypto) for these inputs.
 REFERENCE_NAMES = [
@@ -137,6 +136,7 @@ def test_discovery_reads_user_and_project_files_project_wins(tmp_path: Path) -> 
         "shared": {"command": "user-cmd"}, "mine": {"url": "http://u/mcp", "approval": "trusted"}}}))
     (project / ".mcp.json").write_text(json.dumps({"mcpServers": {
         "shared": {"command": "project-cmd", "args": ["--x", "${HOME_DIR}"], "cwd": "sub"}}}))
+    trust_project(project, home)
     specs = {s.name: s for s in discover(cwd=project, environ={"DSH_HOME": str(home), "HOME_DIR": "/h"})}
     assert specs["shared"].command == "project-cmd"
     assert specs["shared"].args == ("--x", "/h")

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,9 +100,24 @@ async def prepare_agent(args: argparse.Namespace) -> tuple[list[PluginEntry], Pa
     return entries, base_dir, recorded
 
 
-async def load_app(ctx: Context, args: argparse.Namespace) -> StdioApp:
-    """Load ``dsh chat``'s composition into ``ctx`` and return its running stdio app."""
+def _discovers(entries: list[PluginEntry]) -> bool:
+    """Whether the composition reads the project's ``.mcp.json`` (an ``mcp`` discovery entry)."""
+    return any(
+        e.name in ("mcp", "dsh.plugins.mcp.plugin") and not e.disabled and (e.config or {}).get("discover") is True
+        for e in entries
+    )
+
+
+async def load_app(ctx: Context, args: argparse.Namespace, *, offer_trust: bool = False) -> StdioApp:
+    """Load ``dsh chat``'s composition into ``ctx`` and return its running stdio app.
+
+    ``offer_trust`` (terminal-mode ``dsh chat``): first ask about each untrusted project file
+    the composition reads, on the terminal, before anything starts."""
     entries, base_dir, recorded = await prepare_agent(args)
+    if offer_trust and _discovers(entries):
+        from dsh.apps.trust_cmd import offer_at_start
+
+        offer_at_start(Path.cwd())
     await load_plugins(ctx, entries, base_dir=base_dir)
     app = ctx.get(STDIO_APP)
     if app is None:
@@ -121,7 +137,8 @@ async def load_app(ctx: Context, args: argparse.Namespace) -> StdioApp:
 async def cmd_chat(args: argparse.Namespace) -> int:
     ctx = Context()
     try:
-        app = await load_app(ctx, args)
+        terminal = not args.plain and sys.stdin.isatty() and sys.stdout.isatty()
+        app = await load_app(ctx, args, offer_trust=terminal)
         loop = asyncio.get_running_loop()
         stop = _install_signal_handlers(loop, app)
         try:

@@ -2,7 +2,9 @@
 
 The servers are those ``dsh chat`` would mount: the ``mcp`` entries of ``--config``, or else the
 discovered ``.mcp.json`` files (project and user level). Each is connected once, listed and
-stopped again. Exit 0 when every server connected, 1 when one failed.
+stopped again. A server of an untrusted project file is shown as ``untrusted`` and never
+started (the trust gate's one line says how to trust it). Exit 0 when every started server
+connected, 1 when one failed; an untrusted server is not a failure.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import TypeVar
 
+from dsh.apps.escape import escape_controls
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins
 from dsh.tools.registry import TOOLS
@@ -45,7 +48,7 @@ def _entries(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | None]:
 
 
 async def run(args: argparse.Namespace) -> int:
-    from dsh.plugins.mcp.plugin import servers, status_line
+    from dsh.plugins.mcp.plugin import servers, status_line, untrusted
 
     entries, base = _entries(args)
     ctx = Context()
@@ -63,6 +66,17 @@ async def run(args: argparse.Namespace) -> int:
             }
             for s in mounted
         ]
+        rows += [
+            {
+                "server": spec.name,
+                "transport": spec.transport,
+                "status": "untrusted",
+                "source": spec.source,
+                "approval": spec.approval,
+                "tools": [],
+            }
+            for spec in untrusted(ctx.require(TOOLS))
+        ]
     finally:
         await ctx.dispose()
     if args.json:
@@ -71,8 +85,9 @@ async def run(args: argparse.Namespace) -> int:
         print("no MCP servers configured (.mcp.json here, mcp.json in the dsh home, or mcp entries in --config)")
     else:
         for row in rows:
-            print(f"{row['server']}  {row['transport']}  {row['status']}  ({row['approval']}, {row['source']})")
+            line = f"{row['server']}  {row['transport']}  {row['status']}  ({row['approval']}, {row['source']})"
+            print(escape_controls(line))
             for tool in row["tools"]:
-                print(f"  {tool}")
+                print(f"  {escape_controls(tool)}")
     sys.stdout.flush()
-    return 0 if all(r["status"] == "connected" for r in rows) else 1
+    return 0 if all(r["status"] in ("connected", "untrusted") for r in rows) else 1

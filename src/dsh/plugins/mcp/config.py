@@ -1,22 +1,19 @@
-"""MCP server configuration: the plugin's YAML config, ``.mcp.json`` discovery, ``${VAR}``.
+"""MCP server configuration: the plugin's YAML config, :class:`ServerSpec`, ``${VAR}``.
 
-This module owns turning what users write into :class:`ServerSpec` values, and nothing else: a
-``mcp`` plugin entry describes one server (``serverName``, ``command``/``url`` ...) or asks for
-discovery (``discover: true``), which reads the common ``{"mcpServers": {...}}`` shape from the
-project's ``.mcp.json`` (the working directory) and from ``mcp.json`` in the dsh home
-(``$DSH_HOME``, else ``$XDG_DATA_HOME/dsh``, else ``~/.local/share/dsh``). A project server
-shadows a user-level server of the same name.
+This module owns turning a ``mcp`` plugin entry into :class:`ServerSpec` values: one server
+(``serverName``, ``command``/``url`` ...), or ``discover: true``, whose files (the project's
+``.mcp.json`` and ``mcp.json`` in the dsh home) :mod:`.mcp_json` reads.
 
 ``${VAR}`` (and ``${VAR:-default}``) in ``env``, ``headers``, ``args``, ``url`` and ``cwd`` are
-expanded at load from the process environment. Values expanded into ``env``, ``headers`` and
-``url`` (where tokens go) are kept in :class:`Secrets` so that every message this package writes
-can be scrubbed of them; ``args`` and ``cwd`` usually carry paths such as ``${HOME}``, which
-would only garble messages. An error names the variable, never its value.
+expanded from the process environment (for a project file, only once the user trusts it).
+Values expanded into ``env``, ``headers`` and ``url`` (where tokens go) are kept in
+:class:`Secrets` so that every message this package writes can be scrubbed of them; ``args`` and
+``cwd`` usually carry paths such as ``${HOME}``, which would only garble messages. An error
+names the variable, never its value.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -32,20 +29,22 @@ from dsh.runtime.config import ConfigError
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_MS",
+    "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_STARTUP_TIMEOUT_MS",
     "Config",
     "Secrets",
     "ServerSpec",
-    "discover",
+    "Transport",
     "dsh_home",
-    "load_mcp_json",
+    "expand",
+    "expand_map",
     "spec_from_config",
+    "transport_of",
 ]
 
 DEFAULT_CALL_TIMEOUT_MS = 60_000
 DEFAULT_STARTUP_TIMEOUT_MS = 30_000
-PROJECT_FILE = ".mcp.json"
-USER_FILE = "mcp.json"
+DEFAULT_MAX_RESULT_BYTES = 30_000
 
 Transport = Literal["stdio", "streamable-http"]
 Approval = Literal["ask", "trusted"]
@@ -93,6 +92,7 @@ class ServerSpec:
     call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS
     startup_timeout_ms: int = DEFAULT_STARTUP_TIMEOUT_MS
     fail_on_startup_error: bool = False
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
 
     @property
     def needs_approval(self) -> bool:
@@ -120,6 +120,7 @@ class Config(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     tool_call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS
     startup_timeout_ms: int = DEFAULT_STARTUP_TIMEOUT_MS
     fail_on_startup_error: bool = False
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     # Discovery mode: read the project and user ``.mcp.json`` files.
     discover: bool = False
     project_file: str | None = None
@@ -139,12 +140,13 @@ class Config(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
         for key, value in (
             ("toolCallTimeoutMs", self.tool_call_timeout_ms),
             ("startupTimeoutMs", self.startup_timeout_ms),
+            ("maxResultBytes", self.max_result_bytes),
         ):
             if value <= 0:
                 raise ValueError(f"mcp: {key} must be a positive integer, got {value}")
 
 
-def _expand(value: str, where: str, environ: Mapping[str, str], *, secret: bool = False) -> str:
+def expand(value: str, where: str, environ: Mapping[str, str], *, secret: bool = False) -> str:
     def one(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         found = environ.get(name)
@@ -159,11 +161,11 @@ def _expand(value: str, where: str, environ: Mapping[str, str], *, secret: bool 
     return _VAR.sub(one, value)
 
 
-def _expand_map(values: Mapping[str, str], where: str, environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: _expand(v, f"{where}.{k}", environ, secret=True) for k, v in values.items()}
+def expand_map(values: Mapping[str, str], where: str, environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: expand(v, f"{where}.{k}", environ, secret=True) for k, v in values.items()}
 
 
-def _transport(declared: str | None, command: str | None, url: str | None, where: str) -> Transport:
+def transport_of(declared: str | None, command: str | None, url: str | None, where: str) -> Transport:
     if declared in ("http", "streamable-http", "streamable_http", "streamableHttp"):
         declared = "streamable-http"
     if declared not in (None, "stdio", "streamable-http"):
@@ -188,8 +190,8 @@ def spec_from_config(
     env = os.environ if environ is None else environ
     assert config.server_name is not None
     where = f'mcp server "{config.server_name}"'
-    transport = _transport(config.transport, config.command, config.url, where)
-    cwd = _expand(config.cwd, f"{where}: cwd", env) if config.cwd else None
+    transport = transport_of(config.transport, config.command, config.url, where)
+    cwd = expand(config.cwd, f"{where}: cwd", env) if config.cwd else None
     if cwd is not None and base_dir is not None:
         cwd = str((base_dir / Path(cwd).expanduser()).resolve())
     return ServerSpec(
@@ -197,112 +199,14 @@ def spec_from_config(
         transport=transport,
         source=source,
         command=config.command,
-        args=tuple(_expand(a, f"{where}: args", env) for a in config.args),
-        env=_expand_map(config.env, f"{where}: env", env),
+        args=tuple(expand(a, f"{where}: args", env) for a in config.args),
+        env=expand_map(config.env, f"{where}: env", env),
         cwd=cwd,
-        url=_expand(config.url, f"{where}: url", env, secret=True) if config.url else None,
-        headers=_expand_map(config.headers, f"{where}: headers", env),
+        url=expand(config.url, f"{where}: url", env, secret=True) if config.url else None,
+        headers=expand_map(config.headers, f"{where}: headers", env),
         approval=config.approval,
         call_timeout_ms=config.tool_call_timeout_ms,
         startup_timeout_ms=config.startup_timeout_ms,
         fail_on_startup_error=config.fail_on_startup_error,
+        max_result_bytes=config.max_result_bytes,
     )
-
-
-def _str_map(value: object, where: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise ConfigError(f"{where}: expected an object of strings")
-    return {str(k): v for k, v in value.items()}
-
-
-def _entry(name: str, raw: object, path: Path, environ: Mapping[str, str]) -> ServerSpec:
-    where = f'{path}: server "{name}"'
-    if not valid_server_name(name):
-        raise ConfigError(f"{where}: the name must match [A-Za-z0-9_-]{{1,32}}")
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected an object")
-    args = raw.get("args", [])
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise ConfigError(f"{where}: args must be a list of strings")
-    command, url, cwd = raw.get("command"), raw.get("url"), raw.get("cwd")
-    for key, value in (("command", command), ("url", url), ("cwd", cwd)):
-        if value is not None and not isinstance(value, str):
-            raise ConfigError(f"{where}: {key} must be a string")
-    declared = raw.get("type", raw.get("transport"))
-    if declared is not None and not isinstance(declared, str):
-        raise ConfigError(f"{where}: type must be a string")
-    approval = raw.get("approval", "ask")
-    if approval not in ("ask", "trusted"):
-        raise ConfigError(f'{where}: approval must be "ask" or "trusted"')
-    timeout = raw.get("toolCallTimeoutMs", DEFAULT_CALL_TIMEOUT_MS)
-    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0:
-        raise ConfigError(f"{where}: toolCallTimeoutMs must be a positive integer")
-    startup = raw.get("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS)
-    if not isinstance(startup, int) or isinstance(startup, bool) or startup <= 0:
-        raise ConfigError(f"{where}: startupTimeoutMs must be a positive integer")
-    fail = raw.get("failOnStartupError", False)
-    if not isinstance(fail, bool):
-        raise ConfigError(f"{where}: failOnStartupError must be true or false")
-    transport = _transport(declared, command, url, where)
-    expanded_cwd = _expand(cwd, f"{where}: cwd", environ) if cwd else None
-    if expanded_cwd is not None:
-        expanded_cwd = str((path.parent / Path(expanded_cwd).expanduser()).resolve())
-    return ServerSpec(
-        name=name,
-        transport=transport,
-        source=str(path),
-        command=command,
-        args=tuple(_expand(a, f"{where}: args", environ) for a in args),
-        env=_expand_map(_str_map(raw.get("env"), f"{where}: env"), f"{where}: env", environ),
-        cwd=expanded_cwd,
-        url=_expand(url, f"{where}: url", environ, secret=True) if url else None,
-        headers=_expand_map(
-            _str_map(raw.get("headers"), f"{where}: headers"), f"{where}: headers", environ
-        ),
-        approval="trusted" if approval == "trusted" else "ask",
-        call_timeout_ms=timeout,
-        startup_timeout_ms=startup,
-        fail_on_startup_error=fail,
-    )
-
-
-def load_mcp_json(path: Path, environ: Mapping[str, str] | None = None) -> list[ServerSpec]:
-    """The servers of one ``{"mcpServers": {...}}`` file (``[]`` when it does not exist)."""
-    env = os.environ if environ is None else environ
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f'{path}: expected an object with "mcpServers"')
-    servers = data.get("mcpServers", {})
-    if not isinstance(servers, dict):
-        raise ConfigError(f'{path}: "mcpServers" must be an object')
-    return [_entry(str(name), raw, path, env) for name, raw in servers.items()]
-
-
-def discover(
-    *,
-    cwd: Path | None = None,
-    project_file: str | None = None,
-    user_file: str | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> list[ServerSpec]:
-    """The servers of the user-level and project files; a project server wins a name clash."""
-    env = os.environ if environ is None else environ
-    here = cwd or Path.cwd()
-    user = Path(user_file).expanduser() if user_file else dsh_home(env) / USER_FILE
-    project = here / (project_file or PROJECT_FILE)
-    merged: dict[str, ServerSpec] = {}
-    for path in (user, project):
-        for spec in load_mcp_json(path, env):
-            merged[spec.name] = spec
-    return list(merged.values())

@@ -24,9 +24,11 @@ import logging
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dsh.plugins.mcp.config import SECRETS, Config, ServerSpec, discover, spec_from_config
+from dsh.plugins.mcp.config import SECRETS, Config, ServerSpec, spec_from_config
+from dsh.plugins.mcp.mcp_json import discover_all
 from dsh.plugins.mcp.naming import public_tool_name
 from dsh.runtime.context import Context
 from dsh.tools.registry import TOOLS, ToolRegistry
@@ -111,12 +113,18 @@ class Server:
     def _tool(self, public: str, item: types.Tool) -> Tool:
         raw, connection = item.name, self.connection
 
-        from dsh.plugins.mcp.results import map_result
+        from dsh.plugins.mcp.results import cap_result, map_result, result_bytes
+
+        limit = self.spec.max_result_bytes
 
         async def execute(args: object, call: ToolCall) -> ToolResult:
             # A model may send a bare string or null: the server then reports what it needs.
             arguments: dict[str, object] = args if isinstance(args, dict) else {}
-            return map_result(raw, await connection.call(raw, arguments, call.signal))
+            result = map_result(raw, await connection.call(raw, arguments, call.signal))
+            if result_bytes(result) <= limit:
+                return result
+            # Tens of megabytes to encode and write: off the event loop.
+            return await asyncio.to_thread(cap_result, result, limit, lambda full: _spill(call, full))
 
         schema = item.input_schema if isinstance(item.input_schema, dict) else {}
         return define_tool(
@@ -134,6 +142,13 @@ class Server:
         key = (self.agent_id, self.spec.name)
         if live is not None and live.get(key) is self:
             del live[key]
+
+
+def _spill(call: ToolCall, full: str) -> Path:
+    """Save a cut result's full text where ``bash`` keeps its full outputs."""
+    from dsh.tools.workspace._common import SpillStore, session_id
+
+    return SpillStore(None).save(session_id(call), "mcp", full)
 
 
 @dataclass
@@ -195,15 +210,34 @@ async def connect(
     return mount
 
 
-def _specs(config: Config) -> list[ServerSpec]:
-    if config.discover:
-        return discover(project_file=config.project_file, user_file=config.user_file)
-    return [spec_from_config(config, source="plugin config")]
+# Servers of untrusted project files per tool registry: never started, listed by ``dsh mcp list``.
+_UNTRUSTED: weakref.WeakKeyDictionary[ToolRegistry, list[ServerSpec]] = weakref.WeakKeyDictionary()
+
+
+def untrusted(registry: ToolRegistry) -> list[ServerSpec]:
+    """The servers of untrusted project files a discovery on ``registry`` skipped."""
+    return list(_UNTRUSTED.get(registry, []))
 
 
 async def apply(ctx: Context, config: Config) -> None:
     """Connect this entry's servers and register their tools until the entry is disposed."""
-    mount = await connect(ctx.require(TOOLS), _specs(config), skip_taken=config.discover)
+    registry = ctx.require(TOOLS)
+    if config.discover:
+        found = discover_all(project_file=config.project_file, user_file=config.user_file)
+        specs = found.specs
+        if found.untrusted:
+            skipped = _UNTRUSTED.setdefault(registry, [])
+            skipped.extend(found.untrusted)
+
+            def forget() -> None:
+                for spec in found.untrusted:
+                    if spec in skipped:
+                        skipped.remove(spec)
+
+            ctx.defer(forget)
+    else:
+        specs = [spec_from_config(config, source="plugin config")]
+    mount = await connect(registry, specs, skip_taken=config.discover)
     ctx.defer(mount.close)
 
 
@@ -215,4 +249,4 @@ def status_line(server: Server) -> str:
     return f"{conn.status}: {SECRETS.scrub(conn.reason or 'unknown')}" if conn.reason else conn.status
 
 
-__all__ += ["status_line"]
+__all__ += ["status_line", "untrusted"]

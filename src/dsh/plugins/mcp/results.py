@@ -5,6 +5,10 @@ audio and embedded resources become an explicit one-line diagnostic (dsh has no 
 yet, so their payload is not shown to the model). ``isError`` becomes an error result whose
 first text block starts with ``Error: ``, as every other failing dsh tool reads. A result with
 no content but ``structuredContent`` shows that JSON; one with neither says so.
+
+A result whose text is larger than the server's ``maxResultBytes`` (30000 by default) is cut
+as ``bash`` output is (:func:`cap_result`): the model gets its tail, the complete text goes to
+a spill file, and a last line states the cap and names the file.
 """
 
 from __future__ import annotations
@@ -12,12 +16,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
+from pathlib import Path
 
 import mcp_types as types
 
 from dsh.tools.types import ContentBlock, ToolResult
 
-__all__ = ["map_result"]
+__all__ = ["cap_result", "map_result", "result_bytes"]
 
 
 def _size(data: str) -> str:
@@ -59,3 +65,35 @@ def map_result(raw_name: str, result: types.CallToolResult) -> ToolResult:
         texts[0] = f"Error: {texts[0]}"
     content: list[ContentBlock] = [{"type": "text", "text": t} for t in texts]
     return ToolResult(content=content, is_error=bool(result.is_error))
+
+
+def _texts(result: ToolResult) -> list[str]:
+    return [t for b in result.content if isinstance(t := b.get("text"), str)]
+
+
+def result_bytes(result: ToolResult) -> int:
+    """The UTF-8 size of a result's text."""
+    return sum(len(t.encode("utf-8", "surrogatepass")) for t in _texts(result))
+
+
+def cap_result(result: ToolResult, max_bytes: int, spill: Callable[[str], Path]) -> ToolResult:
+    """``result`` itself when its text fits ``max_bytes``; otherwise one text block with the
+    tail that fits, then ``[result truncated to its last N bytes (of M); full result: PATH]``.
+    ``spill(full_text)`` saves the complete text and returns where."""
+    total = result_bytes(result)
+    if total <= max_bytes:
+        return result
+    full = "".join(_texts(result))
+    data = full.encode("utf-8", "surrogatepass")
+    # A cut inside a UTF-8 sequence leaves a partial character: dropped, not replaced.
+    tail = data[-max_bytes:].decode("utf-8", "ignore")
+    try:
+        where = f"full result: {spill(full)}"
+    except OSError as exc:
+        where = f"the full result could not be saved: {exc.strerror or exc}"
+    marker = f"[result truncated to its last {max_bytes} bytes (of {total}); {where}]"
+    if result.is_error and not tail.startswith("Error: "):
+        tail = "Error: " + tail
+    text = tail if tail.endswith("\n") else tail + "\n"
+    content: list[ContentBlock] = [{"type": "text", "text": text + marker}]
+    return ToolResult(content=content, is_error=result.is_error)
