@@ -196,7 +196,7 @@ def canonical_client_zone(value: object) -> str | None:
     knows, in any letter case; returned as the data spells it, a UTC alias as ``UTC``
     (``asia/tokyo`` -> ``Asia/Tokyo``, ``Etc/UTC`` -> ``UTC``). Refused: anything else
     (``""``, `` UTC``, ``CST``, ``+09:00``, ``Not/A_Real_Zone``)."""
-    if type(value) is not str or value != "UTC" and not _AREA_LOCATION.fullmatch(value):
+    if type(value) is not str or (value != "UTC" and not _AREA_LOCATION.fullmatch(value)):
         return None
     try:
         _, name = load_zone(value)
