@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 import zoneinfo
 from dataclasses import dataclass
 from functools import cache
@@ -31,6 +32,8 @@ __all__ = [
     "ZoneData",
     "available_keys",
     "canonical_client_zone",
+    "client_zone_error",
+    "zoned_user_source",
     "is_area_location",
     "load_zone",
     "local_client_zone",
@@ -210,3 +213,19 @@ def local_client_zone() -> str | None:
     ``Area/Location`` name, e.g. ``TZ=EST5EDT``: then the prompt carries none)."""
     key = local_zone_key()
     return "UTC" if key in UTC_ALIASES else canonical_client_zone(key)
+
+
+def client_zone_error(what: str, value: object) -> str:
+    """The one-line refusal of a prompt zone, e.g. ``--time-zone must be UTC or a valid IANA
+    Area/Location name, got "CST"``."""
+    import json
+
+    shown = json.dumps(value, ensure_ascii=False) if type(value) is str else repr(value)
+    return f"{what} must be UTC or a valid IANA Area/Location name, got {shown}"
+
+
+def zoned_user_source(zone: str) -> dict[str, object]:
+    """A prompt's source carrying its zone, in the reference's user-rpc form and key order:
+    ``{"kind": "user", "rpcId": "<uuid4>", "clientTimeZone": zone}`` (``zone`` already
+    canonical)."""
+    return {"kind": "user", "rpcId": str(uuid.uuid4()), CLIENT_ZONE_KEY: zone}
