@@ -32,8 +32,8 @@ __all__ = [
     "ZoneData",
     "available_keys",
     "canonical_client_zone",
+    "checked_config_zone",
     "client_zone_error",
-    "zoned_user_source",
     "is_area_location",
     "load_zone",
     "local_client_zone",
@@ -41,6 +41,7 @@ __all__ = [
     "local_zone_key",
     "zone",
     "zone_data",
+    "zoned_user_source",
 ]
 
 _VERSION = re.compile(r"(\d{4})([a-z]*)")
@@ -222,6 +223,16 @@ def client_zone_error(what: str, value: object) -> str:
 
     shown = json.dumps(value, ensure_ascii=False) if type(value) is str else repr(value)
     return f"{what} must be UTC or a valid IANA Area/Location name, got {shown}"
+
+
+def checked_config_zone(plugin: str, value: str | None) -> str | None:
+    """An app config's ``timeZone``, canonical; a bad one fails the load in one line."""
+    if value is None:
+        return None
+    zone = canonical_client_zone(value)
+    if zone is None:
+        raise ValueError(client_zone_error(f"{plugin}: timeZone", value))
+    return zone
 
 
 def zoned_user_source(zone: str) -> dict[str, object]:
