@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.llm.sse_server import Reply, SSEServer, chunk
 
 import dsh
+from tests.llm.sse_server import Reply, SSEServer, chunk
 
 STAMP = re.compile(r"step 1: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d([+-]\d\d:\d\d)\[([^\]]+)\]")
 
