@@ -17,12 +17,16 @@ it. The open turn's ``user/message`` and ``steering/message`` events are read, a
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from dsh import _zones
 
-__all__ = ["MESSAGE_TYPES", "RequestZone", "check_zone", "derive", "render_zone_line", "source_zone"]
+if TYPE_CHECKING:
+    from dsh.session import Event
+
+__all__ = ["MESSAGE_TYPES", "RequestZone", "check_zone", "derive", "render_zone_line", "source_zone", "zone_at"]
 
 MESSAGE_TYPES: Final = frozenset({"user/message", "steering/message"})
 """The events whose sources can carry a prompt's zone."""
@@ -96,3 +100,20 @@ def render_zone_line(request: RequestZone) -> str:
         "Browser time zone for this request: unavailable. "
         "Ask the user to clarify otherwise-unqualified dates and times."
     )
+
+
+def zone_at(events: Sequence[Event], seq: int) -> str | None:
+    """The resolved zone of the turn that was open at ``seq`` (its prompts up to ``seq``), or
+    ``None`` when they carry none, several, or one that fails the check."""
+    found: set[str] = set()
+    for event in reversed(events[: seq + 1]):
+        if event.type == "turn/start":
+            break
+        if event.type in MESSAGE_TYPES and type(event.data) is dict:
+            zone = source_zone(event.data.get("source"))
+            if zone is not None:
+                found.add(zone)
+    try:
+        return derive(found).resolved
+    except TypeError:
+        return None
