@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.apps.conftest import dsh_env, run_dsh, session_files
 
 T0 = 1_796_112_000  # 2026-12-01T08:00:00Z, in seconds
