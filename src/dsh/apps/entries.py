@@ -4,7 +4,7 @@ Owns the built-in default composition (``mock-echo`` or ``openai-llm``, ``echo-t
 workspace tools, MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, JSONL
 sessions under ``$DSH_HOME/sessions``, ``stdio-app``), the overrides flags apply to a
 ``--config`` composition (``--model``, ``--root``, ``--store``, ``--system``, ``--resume``,
-``--sandbox``, ``--approval``, ``--timeout``), and the refusal of flags the chosen store would
+``--sandbox``, ``--approval``, ``--timeout``, ``--time-zone``), and the refusal of flags the chosen store would
 ignore. ``dsh chat``, ``dsh run``, ``dsh acp``, ``dsh sessions`` and ``dsh reminders`` share it.
 """
 
