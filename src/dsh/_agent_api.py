@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
+from dsh import _zones
 from dsh.agent.loop import AGENT_LOOP
 from dsh.agent.sessions import SESSIONS
 from dsh.agent.system_prompt import SYSTEM_PROMPT
@@ -86,6 +87,16 @@ def _content(prompt: Prompt) -> list[dict[str, object]]:
     return [dict(block) for block in prompt]
 
 
+def _source(time_zone: str | None) -> dict[str, object] | None:
+    """The prompt's source: the plain user source, or one carrying the checked zone."""
+    if time_zone is None:
+        return None
+    zone = _zones.canonical_client_zone(time_zone)
+    if zone is None:
+        raise ValueError(_zones.client_zone_error("time_zone", time_zone))
+    return _zones.zoned_user_source(zone)
+
+
 class _Runtime:
     """The composition mounted for one event loop, and its live agents by session id."""
 
@@ -107,9 +118,15 @@ class Agent:
     ``stream(request)``. ``instructions`` replace the default system prompt. ``tools`` are
     ``@dsh.tool`` functions or :class:`dsh.tools.Tool` objects. ``store`` is a JSONL root
     folder, ``"sqlite:///FILE"``, ``"postgresql://…"`` or a store object; ``None`` keeps sessions
-    in memory only. ``time_context`` is ``True`` (default), ``False`` or the plugin's config
-    (``{"timeZone": ..., "refreshIntervalMs": ...}``). ``plugins`` mounts further plugins, each
-    a plugin or a ``(plugin, config)`` pair.
+    in memory only. ``time_context`` is ``True`` (default: the seed's two-line reading), ``False``
+    or the plugin's config (``{"timeZone": ..., "refreshIntervalMs": ..., "zoneLine": True,
+    "stepOneBaseline": "previousExchange"}``). ``plugins`` mounts further plugins, each a plugin
+    or a ``(plugin, config)`` pair.
+
+    ``run(..., time_zone="Asia/Tokyo")`` (and ``run_stream``, ``run_sync``) records the zone of
+    the person behind this prompt in its durable source, so the reading of that turn is in their
+    zone (a web service serving many zones passes each request's own); ``UTC`` or an IANA
+    ``Area/Location`` name, anything else raises ``ValueError`` before anything is appended.
 
     Use ``async with dsh.Agent(...) as agent`` (or ``await agent.aclose()``) to release the
     sessions it holds open; ``run_sync`` releases them after every call.
@@ -158,13 +175,16 @@ class Agent:
 
     # -- running ---------------------------------------------------------------------------
 
-    async def run(self, prompt: Prompt, *, session_id: str | None = None) -> RunResult:
-        """Run one turn on ``session_id`` (new or resumed; generated when omitted).
+    async def run(
+        self, prompt: Prompt, *, session_id: str | None = None, time_zone: str | None = None
+    ) -> RunResult:
+        """Run one turn on ``session_id`` (new or resumed; generated when omitted), the prompt
+        carrying ``time_zone`` when given.
 
         Raises :class:`dsh.RunError` when the turn ends in error, after its events are durable.
         """
         events: list[Event] = []
-        stream = self._stream(prompt, session_id, events)
+        stream = self._stream(prompt, session_id, events, time_zone)
         result: RunResult | None = None
         async for item in stream:
             if isinstance(item, RunResult):
@@ -172,7 +192,9 @@ class Agent:
         assert result is not None
         return result
 
-    def run_sync(self, prompt: Prompt, *, session_id: str | None = None) -> RunResult:
+    def run_sync(
+        self, prompt: Prompt, *, session_id: str | None = None, time_zone: str | None = None
+    ) -> RunResult:
         """``run`` for scripts: its own event loop, and the session released afterwards."""
         try:
             asyncio.get_running_loop()
@@ -180,27 +202,31 @@ class Agent:
             pass
         else:
             raise RuntimeError("run_sync() cannot run inside an event loop; use await agent.run(...)")
+        _source(time_zone)  # a bad zone raises here, before an event loop starts
 
         async def once() -> RunResult:
             try:
-                return await self.run(prompt, session_id=session_id)
+                return await self.run(prompt, session_id=session_id, time_zone=time_zone)
             finally:
                 await self.aclose()
 
         return asyncio.run(once())
 
-    async def run_stream(self, prompt: Prompt, *, session_id: str | None = None) -> AsyncIterator[Event]:
+    async def run_stream(
+        self, prompt: Prompt, *, session_id: str | None = None, time_zone: str | None = None
+    ) -> AsyncIterator[Event]:
         """Yield every event the run appends, as it is appended (streamed ``assistant/chunk``
         events included). Closing the iterator early cancels the turn if it is still running (it
         ends ``aborted``).
         Raises :class:`dsh.RunError` at the end when the turn ended in error."""
-        async for item in self._stream(prompt, session_id, []):
+        async for item in self._stream(prompt, session_id, [], time_zone):
             if isinstance(item, Event):
                 yield item
 
     async def _stream(
-        self, prompt: Prompt, session_id: str | None, events: list[Event]
+        self, prompt: Prompt, session_id: str | None, events: list[Event], time_zone: str | None = None
     ) -> AsyncIterator[Event | RunResult]:
+        source = _source(time_zone)
         content = _content(prompt)
         runtime = await self._ensure_runtime()
         sid = session_id if session_id is not None else f"session-{uuid.uuid4()}"
@@ -214,7 +240,7 @@ class Agent:
             unsubscribe = agent.session.subscribe(observe)
             finished = False
             try:
-                agent.send(content)
+                agent.send(content, source=source)
                 idle = asyncio.ensure_future(agent.when_idle())
                 try:
                     while True:

@@ -95,6 +95,10 @@ def _agent_options(parser: argparse.ArgumentParser) -> None:
     system.add_argument("--system-file", metavar="FILE", help="replace the default system prompt with FILE's text")
     parser.add_argument("--sandbox", choices=list(SANDBOX_MODES), help="bash/file sandbox (default: workspace-write)")
     parser.add_argument("--approval", choices=["ask", "never"], help="approval policy (default: ask)")
+    parser.add_argument(
+        "--time-zone", metavar="ZONE",
+        help="the zone each prompt carries (UTC or an IANA Area/Location name; default: this process's zone)",
+    )
     _store_flags(parser.add_argument_group("session store"))
     parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
 

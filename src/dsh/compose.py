@@ -9,6 +9,10 @@ Every front end assembles dsh here, so the choices are written once:
   folder, ``sqlite:///FILE``, a ``postgresql://`` DSN. :func:`mount_store` mounts a spec or a
   ready store object; :func:`open_store` opens the store a set of command-line options (or a
   config file's store plugin) selects, for ``dsh sessions`` and ``--continue``.
+- :data:`DEFAULT_TIME_CONTEXT` is time-context's config in the default compositions of
+  ``dsh chat``, ``dsh run`` and ``dsh acp`` (the zone line and the gap since the last exchange),
+  and :func:`prompt_zone_config` the zone their prompts carry (``--time-zone``, else the process
+  zone); ``dsh.Agent`` keeps the plugin's own defaults.
 
 Plugins are named by their short names and resolved through the loader, so a store backend is
 imported only when it is chosen.
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APP_NAMES",
     "DEFAULT_ROOT",
+    "DEFAULT_TIME_CONTEXT",
     "SESSION_STORE",
     "STORE_NAMES",
     "OpenedStore",
@@ -41,6 +46,7 @@ __all__ = [
     "mount_spine",
     "mount_store",
     "open_store",
+    "prompt_zone_config",
     "store_entry",
 ]
 
@@ -58,6 +64,8 @@ STORE_NAMES: Mapping[str, str] = {
     "postgres-sessions": "postgres",
     "dsh.persistence.postgres": "postgres",
 }
+DEFAULT_TIME_CONTEXT: Mapping[str, object] = {"zoneLine": True, "stepOneBaseline": "previousExchange"}
+"""time-context's config in the default compositions, as the reference's web overlay mounts it."""
 _SQLITE_PREFIX = "sqlite:///"
 _POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 
@@ -102,6 +110,24 @@ async def mount_spine(
     if not ctx.has("agent_loop"):
         fibers.append(await ctx.plugin(loop_plugin, dict(loop_config or {})))
     return fibers
+
+
+def prompt_zone_config(flag: str | None, *, process_default: bool) -> dict[str, object]:
+    """The app's ``timeZone`` (the zone every prompt carries): ``--time-zone`` when given
+    (refused in one line unless UTC or an IANA Area/Location name), else the process zone when
+    ``process_default`` (the default composition: the terminal's user is where the process is;
+    nothing when that zone has no such name), else nothing (a config decides)."""
+    from dsh import _zones
+
+    if flag is not None:
+        zone = _zones.canonical_client_zone(flag)
+        if zone is None:
+            raise UsageError(_zones.client_zone_error("--time-zone", flag))
+        return {"timeZone": zone}
+    if process_default:
+        local = _zones.local_client_zone()
+        return {"timeZone": local} if local is not None else {}
+    return {}
 
 
 # -- stores ----------------------------------------------------------------------------------

@@ -94,9 +94,13 @@ def test_chat_creates_a_reminder_and_the_worker_delivers_it_once(workdir: Path) 
         events = events_of(log)
         framing = [
             e for e in events
-            if e["type"] == "user/message" and e["data"]["source"] == {"kind": "plugin", "plugin": "tool-schedule"}
+            if e["type"] == "user/message" and e["data"]["source"].get("plugin") == "tool-schedule"
         ]
         assert len(framing) == 1
+        # It carries the zone of the turn that created it (dsh chat's default: the process zone).
+        assert framing[0]["data"]["source"] == {
+            "kind": "plugin", "plugin": "tool-schedule", "clientTimeZone": "Asia/Shanghai"
+        }
         text_seen = framing[0]["data"]["content"][0]["text"]
         assert text_seen == (
             "[SCHEDULE REMINDER]\n"

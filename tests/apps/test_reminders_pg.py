@@ -85,7 +85,7 @@ def _config(workdir: Path, schema: str) -> Path:
 
 
 def _counts(events: list[Any]) -> tuple[int, int]:
-    framings = sum(1 for e in events if e.type == "user/message" and e.data["source"] == SOURCE)
+    framings = sum(1 for e in events if e.type == "user/message" and e.data["source"].get("plugin") == SOURCE["plugin"])
     dispatches = sum(1 for e in events if e.type == "schedule/change" and e.data["operation"] == "dispatch")
     return framings, dispatches
 

@@ -28,6 +28,8 @@ NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"
 WIRE_READING = re.compile(
     r'<context source="plugin">Time sampled while preparing turn (\d+), step (\d+): '
     r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+08:00)\[Asia/Shanghai\]\n"
+    # The default composition's zone line: the prompt carries the terminal's zone (TZ).
+    r"Browser time zone for this request: Asia/Shanghai\. Interpret otherwise-unqualified dates and times in this zone\.\n"
     r"Elapsed since the preceding (?:model-visible message|step context): [^\n]+\.</context>",
 )
 USAGE = {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27}

@@ -28,7 +28,7 @@ SOURCE = {"kind": "plugin", "plugin": "tool-schedule"}
 
 
 def framings(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e for e in events if e["type"] == "user/message" and e["data"]["source"] == SOURCE]
+    return [e for e in events if e["type"] == "user/message" and e["data"]["source"].get("plugin") == SOURCE["plugin"]]
 
 
 def dispatches(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

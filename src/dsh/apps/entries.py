@@ -4,7 +4,7 @@ Owns the built-in default composition (``mock-echo`` or ``openai-llm``, ``echo-t
 workspace tools, MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, JSONL
 sessions under ``$DSH_HOME/sessions``, ``stdio-app``), the overrides flags apply to a
 ``--config`` composition (``--model``, ``--root``, ``--store``, ``--system``, ``--resume``,
-``--sandbox``, ``--approval``, ``--timeout``), and the refusal of flags the chosen store would
+``--sandbox``, ``--approval``, ``--timeout``, ``--time-zone``), and the refusal of flags the chosen store would
 ignore. ``dsh chat``, ``dsh run``, ``dsh acp``, ``dsh sessions`` and ``dsh reminders`` share it.
 """
 
@@ -15,7 +15,14 @@ import os
 from pathlib import Path
 
 from dsh.apps.home import default_root
-from dsh.compose import APP_NAMES, ECHO_MODEL, STORE_NAMES, resolve_entry_paths
+from dsh.compose import (
+    APP_NAMES,
+    DEFAULT_TIME_CONTEXT,
+    ECHO_MODEL,
+    STORE_NAMES,
+    prompt_zone_config,
+    resolve_entry_paths,
+)
 from dsh.compose import open_store as open_store_by_options
 from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore
@@ -61,6 +68,7 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
     app: JsonObject = {"model": model, "persistenceRoot": args.root or str(default_root())}
     app.update(_store_config(args))
     app.update(_system_config(args))
+    app.update(prompt_zone_config(getattr(args, "time_zone", None), process_default=True))
     if args.resume:
         app["resumeSessionId"] = args.resume
     return [
@@ -70,7 +78,7 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         PluginEntry(id="mcp", name="mcp", config={"discover": True}),
         PluginEntry(id="workspace-tools", name="workspace-tools", config=_workspace_config(args, {})),
         PluginEntry(id="agent-instructions", name="agent-instructions"),
-        PluginEntry(id="time-context", name="time-context"),
+        PluginEntry(id="time-context", name="time-context", config=dict(DEFAULT_TIME_CONTEXT)),
         PluginEntry(id="schedule", name="schedule"),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),
@@ -181,6 +189,7 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
         config["persistenceRoot"] = args.root
     config.update(_store_config(args))
     config.update(_system_config(args))
+    config.update(prompt_zone_config(getattr(args, "time_zone", None), process_default=False))
     if args.resume:
         config["resumeSessionId"] = args.resume
     patched = PluginEntry(app.id, app.name, config, app.disabled, app.line)

@@ -109,7 +109,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             except (NotImplementedError, RuntimeError):
                 pass
         try:
-            agent.send([{"type": "text", "text": prompt}])
+            agent.send([{"type": "text", "text": prompt}], source=app.prompt_source())
             app.submitted = True
             await app.settle()
         finally:

@@ -30,6 +30,7 @@ from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore, StoredSession, StoreError
 from dsh.plugins.schedule.delivery import describe as reminder_summary
 from dsh.plugins.schedule.delivery import describe_change
+from dsh.plugins.time_context.request_zone import source_zone
 from dsh.session import Event, Session, encode_event
 
 __all__ = ["export", "list_sessions", "rebuild_requests", "remove", "requests", "show", "timeline"]
@@ -213,6 +214,13 @@ def _turn_facts(model: str | None, usage: dict[str, int]) -> str:
     return "".join(f" · {p}" for p in parts)
 
 
+def _zone_note(source: object) -> str:
+    """`` · zone Asia/Tokyo`` for a prompt whose source carries its zone (as time-context reads
+    it), else nothing."""
+    zone = source_zone(source)
+    return f"  · zone {zone}" if zone is not None else ""
+
+
 def _timeline_entry(event: Event, names: dict[str, str] | None = None) -> str | None:
     """One transcript entry; ``names`` (callId → tool name) lets a result render like its call."""
     data = event.data
@@ -232,15 +240,15 @@ def _timeline_entry(event: Event, names: dict[str, str] | None = None) -> str | 
             return f"{at}  ▣ checkpoint  {_text(data.get('content'))}"
         if source.get("plugin") == "tool-schedule":
             text = _text(data.get("content"))
-            return f"{at}  ⏰ reminder {reminder_summary(text) or text}"
-        return f"{at}  you        {_text(data.get('content'))}"
+            return f"{at}  ⏰ reminder {reminder_summary(text) or text}{_zone_note(source)}"
+        return f"{at}  you        {_text(data.get('content'))}{_zone_note(source)}"
     if kind == "context/message":
         source = data.get("source") or {}
         if source.get("plugin") == "time-context":
             return f"{at}  ⏱ reading  {_text(data.get('content')).replace(chr(10), ' · ')}"
         return f"{at}  context    [{source.get('plugin', source.get('kind'))}] {_text(data.get('content'))}"
     if kind == "steering/message":
-        return f"{at}  steer      {_text(data.get('content'))}"
+        return f"{at}  steer      {_text(data.get('content'))}{_zone_note(data.get('source'))}"
     if kind == "assistant/message":
         text = "".join(str(b.get("text", "")) for b in data.get("content") or () if b.get("type") == "text")
         return f"{at}  assistant  {text}" if text else None

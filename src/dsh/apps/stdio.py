@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 
+from dsh import _zones
 from dsh.agent import loop as loop_plugin
 from dsh.agent import system_prompt as system_prompt_plugin
 from dsh.agent.agent import AGENTS, Agent
@@ -69,6 +70,8 @@ class Config(msgspec.Struct, rename="camel"):
     history_file: str | None = None
     # Replaces the default system prompt (the harness identity line) when set.
     system_prompt: str | None = None
+    # The zone every prompt carries in its source (UTC or an IANA Area/Location name); none when unset.
+    time_zone: str | None = None
 
 
 def _tool_result_text(data: Mapping[str, Any]) -> str:
@@ -186,6 +189,12 @@ class StdioApp:
         reason = self.last_turn_reason
         return self.persist_stopped or (reason is not None and reason.get("kind") == "error")
 
+    def prompt_source(self) -> JsonObject | None:
+        """The source of a typed prompt: carrying the app's ``timeZone`` when it has one (a
+        fresh ``rpcId`` each time, as the reference's user-rpc messages have)."""
+        zone = self.config.time_zone
+        return None if zone is None else _zones.zoned_user_source(zone)
+
     @property
     def session_id(self) -> str:
         return self.agent.session.id
@@ -206,10 +215,11 @@ class StdioApp:
             asyncio.get_running_loop().create_task(self._compact_now(compact))
             return None
         content = [{"type": "text", "text": text}]
+        source = self.prompt_source()
         if self.agent.status == "running":
-            self.agent.steer(content)
+            self.agent.steer(content, source=source)
         else:
-            self.agent.send(content)
+            self.agent.send(content, source=source)
         self.submitted = True
         return None
 
@@ -357,6 +367,7 @@ def _isatty(stream: TextIO) -> bool:
 
 
 async def apply(ctx: Context, config: Config) -> None:
+    config.time_zone = _zones.checked_config_zone(name, config.time_zone)
     # A composition may already mount parts of the spine (or a store): mount_spine reuses them.
     await mount_spine(
         ctx,

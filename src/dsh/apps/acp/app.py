@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from dsh import _zones
 from dsh.agent import loop as loop_plugin
 from dsh.agent.system_prompt import SYSTEM_PROMPT
 from dsh.apps.store_check import check_writable
@@ -31,6 +32,8 @@ class Config(msgspec.Struct, rename="camel"):
     max_steps_per_turn: int = loop_plugin.DEFAULT_MAX_STEPS
     tool_order: list[str] | None = None
     permission_timeout_seconds: float = 600.0
+    # A prompt's zone when its _meta names none (stdio-app's key of the same name).
+    time_zone: str | None = None
 
 
 ACP_APP: ServiceKey[Config] = ServiceKey("acp_app")
@@ -41,6 +44,7 @@ STDIO_ONLY = frozenset({"welcome", "plain", "historyFile", "resumeSessionId"})
 
 
 async def apply(ctx: Context, config: Config) -> None:
+    config.time_zone = _zones.checked_config_zone(name, config.time_zone)
     # The same spine as stdio-app (compose.mount_spine reuses what the composition mounted).
     await mount_spine(
         ctx,

@@ -32,6 +32,7 @@ async def cmd_acp(args: argparse.Namespace) -> int:
             model=args.model,
             default_model=config.model,
             permission_timeout=config.permission_timeout_seconds,
+            time_zone=config.time_zone,
         )
         await serve(ctx, options)
     finally:

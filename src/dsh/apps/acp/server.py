@@ -33,6 +33,7 @@ from acp.agent.connection import AgentSideConnection
 from acp.exceptions import RequestError
 from acp.interfaces import Agent as AcpAgent
 
+from dsh import _zones
 from dsh.agent.agent import Agent
 from dsh.agent.loop import AGENT_LOOP
 from dsh.apps.acp.mapping import (
@@ -58,6 +59,8 @@ __all__ = ["AcpOptions", "DshAcpAgent", "serve"]
 log = logging.getLogger("dsh.acp")
 
 LIST_PAGE = 100
+CLIENT_ZONE_ERROR = "clientTimeZone must be UTC or a valid IANA Area/Location name"
+"""The reference host's refusal of a bad prompt zone (its data: ``{"value": <as sent>}``)."""
 
 
 @dataclass
@@ -67,6 +70,8 @@ class AcpOptions:
     default_model: str = "mock-echo"
     permission_timeout: float = 600.0
     """Seconds to wait for the client's answer to a permission request before refusing."""
+    time_zone: str | None = None
+    """The zone of a prompt whose ``_meta`` names none (the app's ``timeZone``)."""
 
 
 @dataclass
@@ -317,13 +322,14 @@ class DshAcpAgent:
                 -32600, f'session "{session_id}" is already running a prompt; wait for its response or send session/cancel'
             )
         content = prompt_content(prompt)
+        source = self._prompt_source(kwargs)
         agent = state.agent
         if agent.disposed:
             raise invalid_params(f'session "{session_id}" is closed')
         state.prompting, state.reason, state.last_finish = True, None, None
         state.first_turn = agent.session.last_turn + 1
         try:
-            agent.send(content)
+            agent.send(content, source=source)
             await agent.when_idle()
             await self._drained()
         finally:
@@ -331,6 +337,17 @@ class DshAcpAgent:
         if state.reason is None:
             raise RequestError(-32603, "the turn did not start (see the agent's log on stderr)")
         return schema.PromptResponse(stop_reason=stop_reason(state.reason, state.last_finish))
+
+    def _prompt_source(self, meta: Mapping[str, object]) -> dict[str, object] | None:
+        """The prompt's source: its ``_meta.clientTimeZone`` (checked), else the fallback zone."""
+        if _zones.CLIENT_ZONE_KEY in meta:
+            value = meta[_zones.CLIENT_ZONE_KEY]
+            zone = _zones.canonical_client_zone(value)
+            if zone is None:
+                raise RequestError(-32602, CLIENT_ZONE_ERROR, {"value": value})
+        else:
+            zone = self.options.time_zone
+        return None if zone is None else _zones.zoned_user_source(zone)
 
     async def cancel(self, session_id: str, **kwargs: object) -> None:
         state = self.sessions.get(session_id)

@@ -5,8 +5,9 @@ Owns:
 - :func:`render` (the reference's ``[SCHEDULE REMINDER]`` / ``[SCHEDULE REMINDER BATCH]`` text)
   and :func:`describe` (the one-line summary a terminal shows for a delivered reminder);
 - :func:`deliver_once`: when the agent is idle and something is due, queue the framing as a
-  user-role prompt (source ``{kind: plugin, plugin: tool-schedule}``), wait for that turn to
-  end, then append ``dispatch`` and flush. The dispatch comes *after* the turn, so a crash
+  user-role prompt (source ``{kind: plugin, plugin: tool-schedule}``, with the
+  ``clientTimeZone`` of the turn that created the reminder when it had one), wait for that turn
+  to end, then append ``dispatch`` and flush. The dispatch comes *after* the turn, so a crash
   between the two repeats the reminder on the next delivery and never loses it;
 - :class:`Owner`: one task per live agent that waits for the next due time and delivers. It
   never interrupts a running turn (it waits for the agent to be idle), re-reads the wall clock
@@ -25,10 +26,12 @@ from typing import TYPE_CHECKING, Final
 
 from dsh import _clock
 from dsh._js import json_stringify
+from dsh._zones import CLIENT_ZONE_KEY
 from dsh.agent.sessions import SESSIONS
 from dsh.plugins.schedule.fold import (
     EVENT_TYPE,
     Batch,
+    ChangeIndex,
     OneShot,
     ScheduleLogError,
     Wait,
@@ -37,6 +40,7 @@ from dsh.plugins.schedule.fold import (
     fold_session,
 )
 from dsh.plugins.schedule.timespec import format_instant
+from dsh.plugins.time_context.request_zone import zone_at
 from dsh.session.vocab import JsonObject
 
 if TYPE_CHECKING:
@@ -109,6 +113,30 @@ def describe(text: str) -> str | None:
     return None
 
 
+def creation_zone(agent: Agent, schedule_id: str) -> str | None:
+    """The zone of the turn in which ``schedule_id`` was created (its prompts' own, as
+    time-context resolves it), or ``None``."""
+    session = agent.session
+    index: ChangeIndex = session.attach_index(ChangeIndex, ChangeIndex)
+    for event in index.changes:
+        data = event.data if type(event.data) is dict else {}
+        record = data.get("schedule")
+        if data.get("operation") == "create" and type(record) is dict and record.get("id") == schedule_id:
+            return zone_at(session.events, event.seq)
+    return None
+
+
+def delivery_source(agent: Agent, decision: OneShot | Batch) -> JsonObject:
+    """The delivered prompt's source: :data:`SOURCE`, carrying the zone its reminders were
+    created in when they share one, so the reading of the reminder turn is in the user's zone
+    even when a worker elsewhere delivers it."""
+    records = [decision.record] if isinstance(decision, OneShot) else [item.record for item in decision.items]
+    zones = {creation_zone(agent, record.id) for record in records}
+    if len(zones) != 1 or None in zones:
+        return dict(SOURCE)
+    return {**SOURCE, CLIENT_ZONE_KEY: zones.pop()}
+
+
 def _reminder_turn_end(agent: Agent, since: int) -> JsonObject | None:
     """The end reason of the turn, begun at or after seq ``since``, that carried our framing
     message (``None`` while it has not ended, or if it never started)."""
@@ -149,7 +177,7 @@ async def deliver_once(ctx: Context, agent: Agent) -> OneShot | Batch | Wait | N
     if isinstance(decision, Wait):
         return decision
     since = len(agent.session.events)
-    agent.send([{"type": "text", "text": render(decision)}], source=SOURCE)
+    agent.send([{"type": "text", "text": render(decision)}], source=delivery_source(agent, decision))
     while not agent.disposed and busy(agent):
         await agent.when_idle()
     reason = _reminder_turn_end(agent, since)
