@@ -30,14 +30,14 @@ USER = "dshsbx"
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
-@dataclass
+@dataclass(repr=False)
 class Attack:
     result: subprocess.CompletedProcess[str]
     texts: list[str]
     log: str
     home: Path
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:
         return f"rc={self.result.returncode}\nstderr={self.result.stderr}\ntexts={self.texts}"
 
 
