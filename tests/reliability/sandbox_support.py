@@ -129,4 +129,6 @@ def attack(
 
         logs = session_files(cwd)
     log = "\n".join(p.read_text() for p in logs)
+    if user is not None:
+        shutil.rmtree(home, ignore_errors=True)
     return Attack(result, texts, log, home)

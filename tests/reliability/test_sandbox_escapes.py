@@ -16,8 +16,9 @@ import pwd
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,13 +41,24 @@ def host_folder() -> Iterator[Path]:
     subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
-def _workspace(tmp_path: Path, who: str) -> tuple[Path, pwd.struct_passwd | None]:
-    if who == "root":
-        path = tmp_path / "ws"
-        path.mkdir()
-        return path, None
-    user = plain_user()
-    return user_folder(user, "ws"), user
+@pytest.fixture
+def workspace_of(tmp_path: Path) -> Iterator[Callable[[str], tuple[Path, pwd.struct_passwd | None]]]:
+    """``who -> (workspace, user)``: root's under ``tmp_path``, the plain user's in /var/tmp
+    (root's pytest folder is private), removed afterwards."""
+    made: list[Path] = []
+
+    def make(who: str) -> tuple[Path, pwd.struct_passwd | None]:
+        if who == "root":
+            path = tmp_path / "ws"
+            path.mkdir()
+            return path, None
+        user = plain_user()
+        made.append(user_folder(user, "ws"))
+        return made[-1], user
+
+    yield make
+    for path in made:
+        subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
 def _caps(text: str) -> dict[str, str]:
@@ -55,8 +67,8 @@ def _caps(text: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("who", ["root", "user"])
 @pytest.mark.parametrize("mode", CONFINED)
-def test_no_capabilities_and_no_remount(tmp_path: Path, host_folder: Path, mode: str, who: str) -> None:
-    ws, user = _workspace(tmp_path, who)
+def test_no_capabilities_and_no_remount(workspace_of: Any, host_folder: Path, mode: str, who: str) -> None:
+    ws, user = workspace_of(who)
     target = host_folder / "written-by-the-sandbox"
     run = attack(
         ws,
@@ -113,8 +125,8 @@ def _host_sockets() -> list[str]:
 
 @pytest.mark.parametrize("who", ["root", "user"])
 @pytest.mark.parametrize("mode", CONFINED)
-def test_no_host_socket_is_reachable(tmp_path: Path, host_folder: Path, mode: str, who: str) -> None:
-    ws, user = _workspace(tmp_path, who)
+def test_no_host_socket_is_reachable(workspace_of: Any, host_folder: Path, mode: str, who: str) -> None:
+    ws, user = workspace_of(who)
     # An "agent" socket in a host folder the sandbox does not hide, and one in /tmp (hidden).
     agent = _unix_server(host_folder / "S.agent")
     in_tmp_dir = Path(tempfile.mkdtemp(prefix="dsh-sock-"))

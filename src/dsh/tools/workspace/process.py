@@ -224,8 +224,8 @@ async def spawn(
     except BaseException:
         # Cancelled while the command already runs: it must not outlive the call.
         kill_group(proc.pid, signals.SIGKILL)
-        for transport, _ in readers:
-            transport.close()
+        for opened, _ in readers:
+            opened.close()
         for read_fd, _ in pipes[len(readers) :]:
             with contextlib.suppress(OSError):
                 os.close(read_fd)
