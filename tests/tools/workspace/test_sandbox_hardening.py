@@ -6,6 +6,7 @@ of a single call."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,23 @@ async def test_one_call_keeps_at_most_its_spill_cap(make_ws: Any, tmp_path: Path
     assert marker.startswith("[output truncated; the first 100000 of 1288895 bytes were kept in "), out
     path = Path(marker.split(" kept in ")[1].split(" (spill cap")[0])
     assert path.stat().st_size == 100_000 and path.read_text().startswith("1\n2\n")
+
+
+def test_folders_of_a_killed_process_are_removed_by_the_next(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    folder = PrivateDir("dsh-test-", str(base))
+    orphan = folder.session_dir("s").parent
+    alive = PrivateDir("dsh-test-", str(base)).session_dir("s").parent  # this process: alive
+    unsure = base / "dsh-test-nopid"
+    unsure.mkdir(mode=0o700)  # no .pid yet: perhaps being made right now
+    pid_text, _, namespace = (orphan / ".pid").read_text().partition(" ")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (orphan / ".pid").write_text(f"{gone.pid} {namespace}")
+    other_ns = base / "dsh-test-otherns"
+    other_ns.mkdir(mode=0o700)
+    (other_ns / ".pid").write_text(f"{gone.pid} pid:[1]")
+    assert int(pid_text) == os.getpid()
+    fresh = PrivateDir("dsh-test-", str(base)).root()
+    assert not orphan.exists()
+    assert alive.exists() and unsure.exists() and other_ns.exists() and fresh.exists()

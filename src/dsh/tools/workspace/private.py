@@ -12,7 +12,10 @@ Where: ``$XDG_RUNTIME_DIR`` when it is a real folder owned by us with mode 0700 
 cleared at logout), else the temp dir (``$TMPDIR``, ``/tmp``); a configured folder (``spillDir``)
 replaces both. A base folder another user could rename entries in (group/other-writable without
 the sticky bit, not ours) is refused. The folder and everything in it is removed when the plugin
-is disposed (the session ends), with an ``atexit`` fallback for exits that skip the disposal.
+is disposed (the session ends), with an ``atexit`` fallback for exits that skip the disposal;
+the folders of an earlier process that was killed (SIGKILL: nothing ran at its exit) are removed
+by the next one that makes a folder in the same place (each folder names its process in a
+``.pid`` file; only our own private folders whose process is gone are touched).
 """
 
 from __future__ import annotations
@@ -82,6 +85,52 @@ def _rmtree(path: Path) -> None:
         shutil.rmtree(path, onerror=retry)
 
 
+_PID_FILE = ".pid"
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "unknown"
+
+
+def _owner_alive(folder: str) -> bool:
+    """Whether the process named in ``folder/.pid`` may still run: anything unsure (no file
+    yet, another pid namespace, where the same pid means another process) counts as alive."""
+    try:
+        fd = os.open(os.path.join(folder, _PID_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return True  # perhaps made a moment ago, the file not yet written
+    try:
+        pid_text, _, namespace = os.read(fd, 256).decode("ascii", "replace").strip().partition(" ")
+        pid = int(pid_text)
+    except ValueError:
+        return True
+    finally:
+        os.close(fd)
+    if pid <= 0 or namespace != _pid_namespace():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _remove_orphans(base: str, prefix: str) -> None:
+    """Remove our private ``prefix*`` folders in ``base`` whose process is gone."""
+    with contextlib.suppress(OSError), os.scandir(base) as entries:
+        for entry in entries:
+            if not entry.name.startswith(prefix) or entry.name == prefix:
+                continue
+            with contextlib.suppress(OSError):
+                if _is_private(os.lstat(entry.path)) and not _owner_alive(entry.path):
+                    _rmtree(Path(entry.path))
+
+
 class PrivateDir:
     """One process's private folder (made on first use) with a sub-folder per session."""
 
@@ -100,9 +149,12 @@ class PrivateDir:
             base = os.path.abspath(os.path.expanduser(base))
             os.makedirs(base, mode=0o700, exist_ok=True)
         _check_base(base)
+        _remove_orphans(base, self.prefix)
         made = tempfile.mkdtemp(prefix=self.prefix, dir=base)
         if not _is_private(os.lstat(made)):
             raise PrivateDirError(f"{made!r} is not a private folder after creating it")
+        with open(os.path.join(made, _PID_FILE), "x", encoding="ascii") as fh:
+            fh.write(f"{os.getpid()} {_pid_namespace()}")
         # Resolved once, here: ``base`` may itself sit behind a symlink (``/tmp`` on macOS).
         self._root = Path(os.path.realpath(made))
         _LIVE.add(self._root)
