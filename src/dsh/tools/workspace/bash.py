@@ -3,7 +3,9 @@
 Result text (the reference's): the stdout tail, an optional ``[stderr]`` section, ``(no output)``
 when there was none, then the markers ``[output truncated; full output: <path>]``,
 ``[sandbox: file access denied under <mode> mode]``, ``[timed out after <ms>ms]``,
-``[killed by signal: <name>]`` and ``[exit code: N]`` (non-zero only). A non-zero exit is a normal
+``[killed by signal: <name>]`` and ``[exit code: N]`` (non-zero only); past the spill cap the
+truncation marker says what was kept (:func:`~.spill.cap_note`). The command's environment is
+:mod:`.environment`'s (no secrets). A non-zero exit is a normal
 result the model reads, not ``isError``; only refusals (sandbox unavailable, approval) and aborts
 are errors. ``run_in_background`` hands the process to :mod:`.jobs` and returns at once.
 """

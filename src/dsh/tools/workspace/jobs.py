@@ -4,8 +4,8 @@
 Jobs belong to the session that started them (another session cannot see them) and live as long
 as this process: disposing the plugin kills every running job, and a job of an earlier process of
 the same session (found by its ``job_id: <id>`` line in the log) is reported as ``lost``, never as
-running. ``job_output`` returns the output since the previous read, cut to its tail when large,
-and always ends with ``[status: ...]``.
+running. ``job_output`` returns the output since the previous read, cut to its tail when large
+(past the spill cap, the note says what was kept on disk), and always ends with ``[status: ...]``.
 """
 
 from __future__ import annotations
