@@ -15,7 +15,10 @@ Run it as ``uv run python -m bench --soak`` or ``uv run python -m bench.soak``. 
 - **slow-tool kills**: 5 per store. A loopback OpenAI-compatible model calls a tool that
   sleeps; ``dsh chat`` is SIGKILLed while it runs, then ``--continue``d; the assistant message
   and the ``tool/call`` must be on disk, and repair must close the call with the reference's
-  synthetic result (``tests.reliability.slow_tool``).
+  synthetic result (``tests.reliability.slow_tool``);
+- **escapes**: the sandbox attack tests (``tests/reliability/test_sandbox_*.py``: capabilities,
+  host sockets, git metadata, secrets in the environment, shared temp folders, spill caps), as
+  root and as a plain user where the machine allows, once through pytest.
 
 Everything is seeded (``--seed``); a failure prints the seed and the command that replays it.
 Exit status 0 when nothing failed. ``main()`` tolerates a ``--soak`` flag so that
@@ -53,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--races", type=int, default=20, help="lock races per store (default 20)")
     parser.add_argument("--slow-tool", type=int, default=5, help="slow-tool kill trials per store (default 5)")
     parser.add_argument(
-        "--skip", default="", help="comma-separated parts to skip: crash,sweep,corrupt,race,slowtool"
+        "--skip", default="", help="comma-separated parts to skip: crash,sweep,corrupt,race,slowtool,escapes"
     )
     return parser
 
@@ -200,6 +203,20 @@ def _slow_tool(args: argparse.Namespace, stores: list[str], base: Path) -> tuple
     return total, failures, lines
 
 
+def _escapes() -> tuple[int, list[str], list[str]]:
+    import subprocess
+
+    files = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests" / "reliability").glob("test_sandbox_*.py"))
+    started = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider", "-m", "slow", *files],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )
+    summary = (run.stdout.strip().splitlines() or ["(no output)"])[-1]
+    failures = [] if run.returncode == 0 else [f"escapes: {summary}\n{run.stdout[-4000:]}"]
+    return 1, failures, [f"sandbox escapes: {summary}, {time.monotonic() - started:.0f}s"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = _parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
     if unknown:
@@ -218,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("corrupt", lambda: _corruptions(args.corruptions, args.seed)),
             ("race", lambda: _races(args.races, stores, base)),
             ("slowtool", lambda: _slow_tool(args, stores, base)),
+            ("escapes", _escapes),
         ]
         for name, run in parts:
             if name in skip:
