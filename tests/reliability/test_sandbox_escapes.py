@@ -132,6 +132,9 @@ def test_no_host_socket_is_reachable(workspace_of: Any, host_folder: Path, mode:
     in_tmp_dir = Path(tempfile.mkdtemp(prefix="dsh-sock-"))
     in_tmp_dir.chmod(0o755)
     in_tmp = _unix_server(in_tmp_dir / "S.tmp")
+    shm_dir = Path(tempfile.mkdtemp(prefix="dsh-sock-", dir="/dev/shm"))
+    shm_dir.chmod(0o755)
+    in_shm = _unix_server(shm_dir / "S.shm")
     try:
         sockets = _host_sockets()
         assert str(host_folder / "S.agent") in sockets and str(in_tmp_dir / "S.tmp") in sockets
@@ -149,6 +152,8 @@ def test_no_host_socket_is_reachable(workspace_of: Any, host_folder: Path, mode:
                 f"\"COPY (select 1) TO PROGRAM 'id > {pwned}'\""
             ),
             bash("echo x > /tmp/f"),
+            # /dev/shm is the sandbox's own, private and writable (POSIX semaphores need it).
+            bash("python3 -c 'import multiprocessing as m; m.Lock(); print(\"lock ok\")'; ls /dev/shm"),
         ]
         if mode == "workspace-write":
             steps.append(bash("python3 own.py"))
@@ -156,7 +161,8 @@ def test_no_host_socket_is_reachable(workspace_of: Any, host_folder: Path, mode:
     finally:
         agent.close()
         in_tmp.close()
-        subprocess.run(["rm", "-rf", str(in_tmp_dir)], check=False)
+        in_shm.close()
+        subprocess.run(["rm", "-rf", str(in_tmp_dir), str(shm_dir)], check=False)
     assert run.result.returncode == 0, run
     connected = [line for line in run.texts[0].splitlines() if line.startswith("CONNECTED")]
     assert connected == [], run
@@ -165,8 +171,9 @@ def test_no_host_socket_is_reachable(workspace_of: Any, host_folder: Path, mode:
     assert "[exit code: 2]" in run.texts[1], run
     assert run.texts[2].endswith(f"{DENIED.format(mode=mode)}\n[exit code: 1]\n"), run
     assert "Read-only file system" in run.texts[2], run
+    assert run.texts[3] == "lock ok\n", run
     if mode == "workspace-write":
-        assert run.texts[3] == "own socket: PING\n", run
+        assert run.texts[4] == "own socket: PING\n", run
 
 
 def test_network_true_is_the_way_back(tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ ssh or gpg agent or the D-Bus bus each run code or act outside the sandbox. So w
 off the sandbox
 
 - mounts a fresh, empty, read-only tmpfs over the runtime folders (:func:`runtime_folders`:
-  ``/run``, ``/var/run``, ``/dev/shm``, ``$XDG_RUNTIME_DIR``, ``/tmp``), where most sockets live;
+  ``/run``, ``/var/run``, ``$XDG_RUNTIME_DIR``, ``/tmp``), where most sockets live (``/dev/shm``
+  is already the sandbox's own: bubblewrap's ``--dev`` makes a private, empty one, left writable
+  because POSIX semaphores, e.g. Python's ``multiprocessing`` locks, need it);
 - and binds ``/dev/null`` over every other bound socket the kernel lists in ``/proc/net/unix``
   (every pathname socket of this network namespace, ``$HOME/.gnupg/S.gpg-agent`` and
   ``/var/lib/...`` included), so ``connect`` there fails with "connection refused".
@@ -34,17 +36,14 @@ _PATH_FIELD: Final = 7
 
 def runtime_folders() -> list[Path]:
     """The folders covered by an empty read-only tmpfs (resolved, existing, none inside another)."""
-    names = ["/run", "/var/run", "/dev/shm", "/tmp"]
+    names = ["/run", "/var/run", "/tmp"]
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime):
         names.append(runtime)
     found: list[Path] = []
     for name in names:
-        # /dev/shm is the sandbox's own (bubblewrap's --dev makes it); the others are the host's.
-        path = Path(name) if name == "/dev/shm" else Path(os.path.realpath(name))
-        if name != "/dev/shm" and not path.is_dir():
-            continue
-        if path not in found:
+        path = Path(os.path.realpath(name))
+        if path.is_dir() and path not in found:
             found.append(path)
     return [p for p in found if not any(other != p and other in p.parents for other in found)]
 

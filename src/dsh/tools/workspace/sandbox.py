@@ -14,7 +14,7 @@ confinement). What a confined command gets, whoever runs dsh (root included):
   the session's temp dir read-write; the workspace's git metadata (:mod:`.protect`) read-only
   again in both modes, since a hook or ``core.fsmonitor`` written there runs unconfined later;
 - with the network off (the default): its own network namespace, an empty read-only tmpfs over
-  ``/run``, ``/var/run``, ``/dev/shm``, ``/tmp`` and ``$XDG_RUNTIME_DIR``, and ``/dev/null`` over
+  ``/run``, ``/var/run``, ``/tmp`` and ``$XDG_RUNTIME_DIR``, and ``/dev/null`` over
   every other host socket (:mod:`.hostsockets`), so no host service is reachable; the workspace,
   the temp dir and the session's spill folder are bound back over the tmpfs. ``network: true`` is
   the one way back to the host's network *and* its sockets (host folders then stay as they are,
@@ -189,7 +189,8 @@ class SandboxPolicy:
         if not self.network:
             keep = [self.workspace] + ([self.temp] if self.temp is not None else [])
             shown = [path for _, path in binds]
-            for sock in host_sockets(keep=keep, hidden=hidden, shown=shown):
+            # /dev is the sandbox's own (--dev): no host socket there is visible.
+            for sock in host_sockets(keep=keep, hidden=[*hidden, Path("/dev")], shown=shown):
                 out += ["--ro-bind", "/dev/null", str(sock)]
         # Read-only last: the mount points of the binds above had to be created in them first.
         for folder in hidden:
