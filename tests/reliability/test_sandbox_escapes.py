@@ -209,16 +209,20 @@ def _repo(path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("who", ["root", "user"])
 @pytest.mark.parametrize("mode", CONFINED)
-def test_git_metadata_is_read_only(tmp_path: Path, host_folder: Path, mode: str) -> None:
-    repo = _repo(tmp_path / "repo")
+def test_git_metadata_is_read_only(workspace_of: Any, host_folder: Path, mode: str, who: str) -> None:
+    ws, user = workspace_of(who)
+    repo = _repo(ws / "repo")
+    if user is not None:
+        subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(repo)], check=True)
     before = _tree(repo / ".git")
     steps = [
         bash("echo 'touch /tmp/pwned' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit"),
         bash(f"git config core.fsmonitor 'touch {host_folder}/fsmonitor'"),
         bash("git status --short && echo plain > notes.txt && cat notes.txt"),
     ]
-    run = attack(repo, steps, args=["--sandbox", mode])
+    run = attack(repo, steps, args=["--sandbox", mode], user=user)
     assert run.result.returncode == 0, run
     assert DENIED.format(mode=mode) in run.texts[0], run
     assert "[exit code: " in run.texts[1], run
