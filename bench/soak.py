@@ -15,7 +15,10 @@ Run it as ``uv run python -m bench --soak`` or ``uv run python -m bench.soak``. 
 - **slow-tool kills**: 5 per store. A loopback OpenAI-compatible model calls a tool that
   sleeps; ``dsh chat`` is SIGKILLed while it runs, then ``--continue``d; the assistant message
   and the ``tool/call`` must be on disk, and repair must close the call with the reference's
-  synthetic result (``tests.reliability.slow_tool``).
+  synthetic result (``tests.reliability.slow_tool``);
+- **escapes**: the sandbox attack tests (``tests/reliability/test_sandbox_*.py``: capabilities,
+  host sockets, git metadata, secrets in the environment, shared temp folders, spill caps), as
+  root and as a plain user where the machine allows, once through pytest.
 
 Everything is seeded (``--seed``); a failure prints the seed and the command that replays it.
 Exit status 0 when nothing failed. ``main()`` tolerates a ``--soak`` flag so that
@@ -220,7 +223,7 @@ def _escapes(rounds: int) -> tuple[int, list[str], list[str]]:
         summary = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
         print(f"  escapes round {n + 1}: {summary} ({time.monotonic() - started:.0f}s)", flush=True)
         if proc.returncode != 0:
-            failures.append(f"escapes round {n + 1}: {summary}")
+            failures.append(f"escapes round {n + 1}: {summary}\n{proc.stdout[-4000:]}")
     return rounds, failures, [f"escapes: {rounds} rounds of the attack tests, {len(failures)} failed"]
 
 

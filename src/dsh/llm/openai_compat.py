@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 import openai
 
+from dsh._secrets import register_secret_env
 from dsh.llm.openai_config import (
     DEFAULT_BASE_URL,
     DEFAULT_MODELS,
     DEFAULT_TIMEOUT_SECONDS,
+    KEY_ENV,
     REDACTED,
     Config,
     resolve_api_key,
@@ -243,6 +245,7 @@ def create_adapter(config: Config | Mapping[str, object] | None = None) -> OpenA
 def apply(ctx: Context, config: Config | Mapping[str, object] | None = None) -> None:
     """Register the adapter for ``config.models``; unregistered and closed with the plugin."""
     cfg = _config(config)
+    register_secret_env(cfg.api_key_env or KEY_ENV)  # never passed to commands the model runs
     adapter = create_adapter(cfg)
     ctx.defer(adapter.aclose)
     ctx.defer(ctx.require(LLM).register_adapter(cfg.models, adapter))

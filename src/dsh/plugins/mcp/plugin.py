@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     import mcp_types as types
 
     from dsh.plugins.mcp.client import Connection
+    from dsh.tools.workspace.spill import SpillStore
 
 __all__ = ["Config", "Mount", "Server", "apply", "connect", "inject", "name", "servers"]
 
@@ -144,11 +145,18 @@ class Server:
             del live[key]
 
 
-def _spill(call: ToolCall, full: str) -> Path:
-    """Save a cut result's full text where ``bash`` keeps its full outputs."""
-    from dsh.tools.workspace._common import SpillStore, session_id
+_SPILL: list[SpillStore] = []
 
-    return SpillStore(None).save(session_id(call), "mcp", full)
+
+def _spill(call: ToolCall, full: str) -> Path:
+    """Save a cut result's full text in this process's private spill folder (made on first use,
+    removed at exit like ``bash``'s, under the same per-call and per-session caps)."""
+    from dsh.tools.workspace._common import session_id
+    from dsh.tools.workspace.spill import SpillStore
+
+    if not _SPILL:
+        _SPILL.append(SpillStore(None))
+    return _SPILL[0].save(session_id(call), "mcp", full)
 
 
 @dataclass

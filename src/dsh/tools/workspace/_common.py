@@ -1,5 +1,6 @@
 """Shared pieces of the workspace tools: the workspace of a call, argument checks, display paths,
-and the spill store that keeps full outputs the model only sees the tail or head of.
+and (re-exported from :mod:`.spill`) the spill store that keeps full outputs the model only sees
+the tail or head of.
 
 Why one module: every tool needs the same "which folder is this session's workspace" answer and
 the same one-line argument errors, and they must agree exactly (the sandbox checks paths against
@@ -9,13 +10,12 @@ the same root the tools resolve them from).
 from __future__ import annotations
 
 import os
-import tempfile
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from dsh.tools.types import ContentBlock, ToolCall, ToolError
+from dsh.tools.workspace.spill import SpillStore
 
 __all__ = [
     "SpillStore",
@@ -120,21 +120,3 @@ def display_path(root: Path, path: Path) -> str:
     except ValueError:
         return str(path)
     return str(rel) if str(rel) != "." else "."
-
-
-class SpillStore:
-    """Files holding complete outputs that were cut for the model (``<dir>/<session>/...``)."""
-
-    def __init__(self, directory: str | None) -> None:
-        base = directory or os.path.join(tempfile.gettempdir(), f"dsh-spill-{os.getuid()}")
-        self.root = Path(base)
-
-    def path_for(self, session: str, kind: str) -> Path:
-        folder = self.root / "".join(c if c.isalnum() or c in "-_" else "_" for c in session)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return folder / f"{kind}-{uuid.uuid4().hex[:12]}.txt"
-
-    def save(self, session: str, kind: str, content: str) -> Path:
-        path = self.path_for(session, kind)
-        path.write_text(content, encoding="utf-8", errors="replace")
-        return path

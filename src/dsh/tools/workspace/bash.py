@@ -3,14 +3,15 @@
 Result text (the reference's): the stdout tail, an optional ``[stderr]`` section, ``(no output)``
 when there was none, then the markers ``[output truncated; full output: <path>]``,
 ``[sandbox: file access denied under <mode> mode]``, ``[timed out after <ms>ms]``,
-``[killed by signal: <name>]`` and ``[exit code: N]`` (non-zero only). A non-zero exit is a normal
+``[killed by signal: <name>]`` and ``[exit code: N]`` (non-zero only); past the spill cap the
+truncation marker says what was kept (:func:`~.spill.cap_note`). The command's environment is
+:mod:`.environment`'s (no secrets). A non-zero exit is a normal
 result the model reads, not ``isError``; only refusals (sandbox unavailable, approval) and aborts
 are errors. ``run_in_background`` hands the process to :mod:`.jobs` and returns at once.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any, Final
@@ -25,8 +26,11 @@ from dsh.tools.workspace._common import (
     workspace_root,
 )
 from dsh.tools.workspace.config import Shared
-from dsh.tools.workspace.process import ENV_OVERRIDES, spawn, tail_text
+from dsh.tools.workspace.environment import ShellEnvironment, shell_environment
+from dsh.tools.workspace.private import PrivateDirError
+from dsh.tools.workspace.process import ENV_OVERRIDES, spawn, tail_bytes, tail_text
 from dsh.tools.workspace.sandbox import SandboxPolicy, SandboxUnavailable, denial_marker
+from dsh.tools.workspace.spill import Capture
 
 __all__ = ["DESCRIPTION", "PARAMETERS", "bash_tool", "command_env", "prepare"]
 
@@ -71,9 +75,12 @@ PARAMETERS: Final = {
 }
 
 
-def command_env(call: ToolCall, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The command's environment: ours minus stale ``DSH_*``, plus the managed values."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+def command_env(
+    call: ToolCall, extra: dict[str, str] | None = None, policy: ShellEnvironment | None = None
+) -> dict[str, str]:
+    """The command's environment: ours minus secrets and stale ``DSH_*`` (see
+    :mod:`.environment`), the configured values, then the managed ones."""
+    env = shell_environment(policy or ShellEnvironment())
     env.update(ENV_OVERRIDES)
     env["DSH_SHELL"] = "1"
     session = getattr(call.agent, "session", None)
@@ -95,27 +102,59 @@ async def prepare(shared: Shared, args: Any, call: ToolCall) -> tuple[str, list[
     workdir = resolve_path(root, workdir_arg) if workdir_arg else root
     if not workdir.is_dir():
         raise ToolError(f'invalid workdir: "{workdir_arg}" is not a directory')
-    policy = shared.policy(call)
-    if not policy.confined and shared.config.ask_unconfined_bash:
+    if not shared.policy(call, with_temp=False).confined and shared.config.ask_unconfined_bash:
         refusal = await shared.approval.check(call, "runs without a sandbox (danger-full-access)")
         if refusal is not None:
             raise ToolError(refusal, code="APPROVAL")
     session = shared.session(call)
     try:
-        argv = policy.wrap(["bash", "-c", command], workdir=workdir, session=session)
+        policy = shared.policy(call)
+        # The spill folder stays readable inside, so `cat <full output path>` works.
+        readable = [shared.spill.session_dir(session)] if policy.confined else []
+        argv = policy.wrap(["bash", "-c", command], workdir=workdir, session=session, readable=readable)
     except SandboxUnavailable as exc:
         raise ToolError(str(exc), code="SANDBOX_UNAVAILABLE") from None
-    extra = {"TMPDIR": str(policy.temp_dir(session))} if policy.mode == "workspace-write" else None
-    return command, argv, workdir, command_env(call, extra)
+    except PrivateDirError as exc:
+        raise ToolError(str(exc)) from None
+    extra = {"TMPDIR": str(policy.temp)} if policy.temp is not None else None
+    return command, argv, workdir, command_env(call, extra, shared.config.shell_environment)
+
+
+def _stream(capture: Capture, cap: int) -> tuple[str, bool]:
+    """The text the model sees of one stream (its tail) and whether it was cut."""
+    if not capture.overflowed:
+        text_, cut, _ = tail_text(capture.path, cap)
+        return text_, cut
+    data = capture.tail()[-cap:]
+    cut = capture.total > len(data)
+    return tail_bytes(data, cut), cut
+
+
+def _spill(shared: Shared, call: ToolCall, out: Capture, err: Capture) -> str:
+    """Keep the full output (stdout, then ``[stderr]`` and stderr) and say where."""
+    spill = shared.spill.path_for(shared.session(call), "bash")
+    out.path.rename(spill)
+    if err.kept:
+        with spill.open("ab") as fh, err.path.open("rb") as src:
+            fh.write(b"\n[stderr]\n")
+            shutil.copyfileobj(src, fh)  # streamed: the output may be far larger than memory
+    err.close()
+    err.path.unlink(missing_ok=True)  # its bytes now count as the spill file's
+    if not (out.overflowed or err.overflowed):
+        return f"[output truncated; full output: {spill}]"
+    kept, total = out.kept + err.kept, out.total + err.total
+    if not kept:
+        spill.unlink(missing_ok=True)
+    return f"[output truncated; {shared.spill.note(kept, total, spill if kept else None)}]"
 
 
 def _render(
-    shared: Shared, call: ToolCall, out: Path, err: Path, mode: str, confined: bool,
-    timeout_ms: float, outcome: Any,
+    shared: Shared, call: ToolCall, out: Capture, err: Capture, policy: SandboxPolicy,
+    workdir: Path, timeout_ms: float, outcome: Any,
 ) -> str:
     cap = shared.config.max_output_bytes
-    stdout, cut_out, _ = tail_text(out, cap)
-    stderr, cut_err, _ = tail_text(err, cap)
+    stdout, cut_out = _stream(out, cap)
+    stderr, cut_err = _stream(err, cap)
     parts: list[str] = []
     if stdout:
         parts.append(stdout if stdout.endswith("\n") else stdout + "\n")
@@ -124,18 +163,10 @@ def _render(
     body = "".join(parts) or "(no output)\n"
     markers: list[str] = []
     if cut_out or cut_err:
-        spill = shared.spill.path_for(shared.session(call), "bash")
-        with spill.open("wb") as fh:
-            with out.open("rb") as src:
-                shutil.copyfileobj(src, fh)  # streamed: the output may be far larger than memory
-            if err.stat().st_size:
-                fh.write(b"\n[stderr]\n")
-                with err.open("rb") as src:
-                    shutil.copyfileobj(src, fh)
-        markers.append(f"[output truncated; full output: {spill}]")
+        markers.append(_spill(shared, call, out, err))
     failed = outcome.exit_code not in (0, None) or outcome.signal is not None
-    if confined and failed and SandboxPolicy.looks_denied(stdout + stderr):
-        markers.append(denial_marker(mode))
+    if policy.confined and failed and policy.denied(stdout + stderr, workdir):
+        markers.append(denial_marker(policy.mode))
     if outcome.timed_out:
         markers.append(f"[timed out after {int(timeout_ms)}ms]")
     if outcome.signal is not None:
@@ -156,17 +187,19 @@ def bash_tool(shared: Shared) -> Tool:
         config = shared.config
         timeout_ms = min(timeout if timeout is not None else config.timeout_ms, config.max_timeout_ms)
         session = shared.session(call)
-        out = shared.spill.path_for(session, "stdout")
-        err = shared.spill.path_for(session, "stderr")
+        budget = shared.spill.budget(session)
+        out = Capture(shared.spill.path_for(session, "stdout"), budget, config.max_output_bytes)
+        err = Capture(shared.spill.path_for(session, "stderr"), budget, config.max_output_bytes)
         try:
             proc = await spawn(argv, cwd=workdir, env=env, stdout=out, stderr=err, grace_ms=config.grace_ms)
             outcome = await proc.wait(timeout_ms, call.signal)
             if outcome.aborted:
                 return ToolResult(content=text("Error: tool call aborted"), is_error=True)
-            policy = shared.policy(call)
-            return text(_render(shared, call, out, err, policy.mode, policy.confined, timeout_ms, outcome))
+            policy = shared.policy(call, with_temp=False)
+            return text(_render(shared, call, out, err, policy, workdir, timeout_ms, outcome))
         finally:
-            for path in (out, err):
-                path.unlink(missing_ok=True)
+            for capture in (out, err):
+                if capture.path.exists():  # not kept as the spill file
+                    capture.discard()
 
     return define_tool(name="bash", description=DESCRIPTION, parameters=PARAMETERS, execute=execute)

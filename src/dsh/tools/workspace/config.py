@@ -8,8 +8,14 @@ YAML keys (all optional): ``sandbox`` (``read-only`` | ``workspace-write`` |
 120000 / 600000), ``graceMs`` (SIGTERM→SIGKILL, default 2000), ``maxOutputBytes`` (per stream,
 default 30000), ``jobWaitMs`` / ``maxJobWaitMs`` (``job_output`` wait, default 30000 / 300000),
 ``maxReadBytes`` (files larger are refused by ``read``, default 5 MB), ``maxWriteBytes`` (default
-5 MB), ``searchTimeoutMs`` (``grep``/``glob`` are stopped after it, default 60000), ``spillDir``
-(default ``$TMPDIR/dsh-spill-<uid>``), ``bwrap`` (path to bubblewrap).
+5 MB), ``searchTimeoutMs`` (``grep``/``glob`` are stopped after it, default 60000),
+``maxSpillBytes`` / ``maxSessionSpillBytes`` (output kept on disk per call / per session,
+default 64 MiB / 256 MiB), ``spillDir`` (the base of the private spill folder, default
+``$XDG_RUNTIME_DIR`` or the temp dir), ``bwrap`` (path to bubblewrap), ``shellEnvironment``
+(``{passthrough: [NAME or glob], set: {NAME: value}}``, see :mod:`.environment`).
+
+:class:`Shared` owns this process's private folders (spill files, sandbox temp dirs) and removes
+them in :meth:`Shared.dispose`.
 """
 
 from __future__ import annotations
@@ -20,8 +26,11 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import msgspec
 
 from dsh.tools.types import ToolCall
-from dsh.tools.workspace._common import SpillStore, session_id, workspace_root
+from dsh.tools.workspace._common import session_id, workspace_root
+from dsh.tools.workspace.environment import ShellEnvironment
+from dsh.tools.workspace.private import PrivateDir
 from dsh.tools.workspace.sandbox import SandboxPolicy
+from dsh.tools.workspace.spill import DEFAULT_CALL_BYTES, DEFAULT_SESSION_BYTES, SpillStore
 
 if TYPE_CHECKING:
     from dsh.tools.workspace.approval import ApprovalService
@@ -51,8 +60,11 @@ class Config(msgspec.Struct, rename="camel"):
     max_read_bytes: Positive = 5 * 1024 * 1024
     max_write_bytes: Positive = 5 * 1024 * 1024
     search_timeout_ms: Positive = 60_000
+    max_spill_bytes: Positive = DEFAULT_CALL_BYTES
+    max_session_spill_bytes: Positive = DEFAULT_SESSION_BYTES
     spill_dir: str | None = None
     bwrap: str | None = None
+    shell_environment: ShellEnvironment = msgspec.field(default_factory=ShellEnvironment)
 
 
 @dataclass
@@ -63,18 +75,28 @@ class Shared:
     approval: ApprovalService
     jobs: JobManager
     ledger: ReadLedger
-    spill: SpillStore = field(init=False)
+    spill: SpillStore
+    temp: PrivateDir = field(default_factory=lambda: PrivateDir("dsh-sandbox-"))
 
-    def __post_init__(self) -> None:
-        self.spill = SpillStore(self.config.spill_dir)
-
-    def policy(self, call: ToolCall) -> SandboxPolicy:
+    def policy(self, call: ToolCall, *, with_temp: bool = True) -> SandboxPolicy:
+        """The sandbox of this call; under ``workspace-write`` its temp dir is made here (unless
+        ``with_temp`` is false: only the mode is needed)."""
+        temp = None
+        if with_temp and self.config.sandbox == "workspace-write":
+            temp = self.temp.session_dir(session_id(call))
         return SandboxPolicy(
             mode=self.config.sandbox,
             workspace=workspace_root(call),
             network=self.config.network,
             bwrap=self.config.bwrap,
+            temp=temp,
         )
+
+    async def dispose(self) -> None:
+        """The session is over: stop its jobs, then remove the spill and temp folders."""
+        await self.jobs.dispose()
+        self.spill.dispose()
+        self.temp.dispose()
 
     def session(self, call: ToolCall) -> str:
         return session_id(call)

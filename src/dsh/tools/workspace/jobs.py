@@ -4,8 +4,8 @@
 Jobs belong to the session that started them (another session cannot see them) and live as long
 as this process: disposing the plugin kills every running job, and a job of an earlier process of
 the same session (found by its ``job_id: <id>`` line in the log) is reported as ``lost``, never as
-running. ``job_output`` returns the output since the previous read, cut to its tail when large,
-and always ends with ``[status: ...]``.
+running. ``job_output`` returns the output since the previous read, cut to its tail when large
+(past the spill cap, the note says what was kept on disk), and always ends with ``[status: ...]``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from typing import Any, Final
 
 from dsh import _clock
 from dsh.tools.types import Tool, ToolCall, ToolError, define_tool
-from dsh.tools.workspace._common import SpillStore, bool_arg, number_arg, session_id, str_arg, text
-from dsh.tools.workspace.process import ManagedProcess, Outcome, spawn, tail_text
+from dsh.tools.workspace._common import bool_arg, number_arg, session_id, str_arg, text
+from dsh.tools.workspace.process import ManagedProcess, Outcome, spawn, tail_bytes, tail_text
+from dsh.tools.workspace.spill import Capture, SpillStore
 
 __all__ = ["Job", "JobManager", "job_tools"]
 
@@ -70,7 +71,7 @@ class JobManager:
         used = [job.id for job in self.owned(owner)] + _earlier_jobs(call)
         numbers = [int(i[5:]) for i in used if i.startswith("bash-") and i[5:].isdigit()]
         job_id = f"bash-{max(numbers, default=0) + 1}"
-        output = self.spill.path_for(owner, job_id)
+        output = Capture(self.spill.path_for(owner, job_id), self.spill.budget(owner), self.max_output_bytes)
         process = await spawn(argv, cwd=workdir, env=env, stdout=output, stderr=None, grace_ms=self.grace_ms)
         job = Job(job_id, owner, command, process, _clock.now_ms())
         job.watcher = asyncio.get_running_loop().create_task(self._watch(job))
@@ -94,11 +95,21 @@ class JobManager:
         return job if job is not None and job.owner == owner else None
 
     def read(self, job: Job) -> str:
-        chunk, truncated, end = tail_text(job.process.stdout, self.max_output_bytes, job.offset)
-        job.offset = end
-        if truncated:
-            chunk = f"[earlier output omitted; full output: {job.process.stdout}]\n" + chunk
-        return chunk
+        capture = job.process.stdout_capture
+        if not capture.overflowed:
+            chunk, truncated, end = tail_text(capture.path, self.max_output_bytes, job.offset)
+            job.offset = end
+            if truncated:
+                chunk = f"[earlier output omitted; full output: {capture.path}]\n" + chunk
+            return chunk
+        # Past the spill cap: the file holds the head, memory the last bytes.
+        tail, new = capture.tail(), capture.total - job.offset
+        job.offset = capture.total
+        if new <= len(tail):
+            return tail_bytes(tail[len(tail) - new :], False)
+        where = capture.path if capture.kept else None
+        note = self.spill.note(capture.kept, capture.total, where)
+        return f"[earlier output omitted; {note}]\n" + tail_bytes(tail, True)
 
     async def kill(self, job: Job, reason: str | None) -> None:
         if job.status != "running":

@@ -4,7 +4,8 @@ registry (:data:`~dsh.tools.registry.TOOLS`).
 
 It registers every tool not disabled in ``tools`` (``{"bash": false}``), installs the approval
 service as the tool registry's gate (so any tool with ``needs_approval`` passes it), tells each
-session the effective approval policy once, and kills its background jobs when disposed.
+session the effective approval policy once, and when disposed kills its background jobs and
+removes its spill and sandbox temp folders.
 See :mod:`.config` for the keys.
 """
 
@@ -12,13 +13,13 @@ from __future__ import annotations
 
 from dsh.runtime import Context
 from dsh.tools.registry import TOOLS
-from dsh.tools.workspace._common import SpillStore
 from dsh.tools.workspace.approval import APPROVAL, ApprovalService
 from dsh.tools.workspace.bash import bash_tool
 from dsh.tools.workspace.config import TOOL_NAMES, Config, Shared
 from dsh.tools.workspace.fs import ReadLedger, fs_tools
 from dsh.tools.workspace.jobs import JobManager, job_tools
 from dsh.tools.workspace.search import search_tools
+from dsh.tools.workspace.spill import SpillStore
 from dsh.tools.workspace.todo import todo_tool
 
 __all__ = ["Config", "apply", "inject", "name"]
@@ -33,15 +34,17 @@ async def apply(ctx: Context, config: Config) -> None:
         raise ValueError(f"workspace-tools: unknown tool(s) in tools: {', '.join(unknown)}")
     approval = ApprovalService(config.approval, config.approval_required)
     ctx.provide(APPROVAL, approval)
+    spill = SpillStore(
+        config.spill_dir,
+        max_call_bytes=config.max_spill_bytes,
+        max_session_bytes=config.max_session_spill_bytes,
+    )
     shared = Shared(
         config=config,
         approval=approval,
-        jobs=JobManager(
-            SpillStore(config.spill_dir),
-            grace_ms=config.grace_ms,
-            max_output_bytes=config.max_output_bytes,
-        ),
+        jobs=JobManager(spill, grace_ms=config.grace_ms, max_output_bytes=config.max_output_bytes),
         ledger=ReadLedger(),
+        spill=spill,
     )
     registry = ctx.require(TOOLS)
     ctx.defer(registry.set_approval_gate(approval))
@@ -56,4 +59,4 @@ async def apply(ctx: Context, config: Config) -> None:
         if config.tools.get(tool.name, True):
             ctx.defer(registry.register(tool))
     ctx.on("agent/pre-step", approval.on_pre_step)
-    ctx.defer(shared.jobs.dispose)
+    ctx.defer(shared.dispose)
