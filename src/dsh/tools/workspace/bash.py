@@ -97,7 +97,9 @@ async def prepare(shared: Shared, args: Any, call: ToolCall) -> tuple[str, list[
         raise ToolError(f'invalid workdir: "{workdir_arg}" is not a directory')
     policy = shared.policy(call)
     if not policy.confined and shared.config.ask_unconfined_bash:
-        refusal = await shared.approval.check(call, "runs without a sandbox (danger-full-access)")
+        refusal = await shared.approval.check(
+            call, "runs without a sandbox (danger-full-access)", subject=command
+        )
         if refusal is not None:
             raise ToolError(refusal, code="APPROVAL")
     session = shared.session(call)
