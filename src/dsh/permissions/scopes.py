@@ -33,7 +33,7 @@ _RUNNERS: Final = frozenset(
         "bun", "npx", "uvx", "pipx", "source", ".",
     }
 )
-_PREFIX: Final = re.compile(r"[^\s=]+(?: [A-Za-z0-9][A-Za-z0-9_.:-]*)?(?=\s|$)")
+_PREFIX: Final = re.compile(r"[^\s=]+(?: [A-Za-z0-9][A-Za-z0-9_.:-]*)?(?=[ \t]|$)")
 
 _SUBJECT_TOOLS: Final = frozenset({"bash", "write", "edit", "read"})
 _PATH_RULE: Final = {"write": "Write", "edit": "Edit", "read": "Read"}
