@@ -32,6 +32,7 @@ from dsh.apps.escape import escape_controls
 from dsh.apps.store_check import StoreUnwritable
 from dsh.compose import APP_NAMES, DEFAULT_ROOT, ECHO_MODEL, STORE_NAMES
 from dsh.errors import UsageError
+from dsh.llm.redact import redact_urls
 from dsh.persistence.base import StoreError
 from dsh.runtime import ConfigError
 from dsh.runtime.loader import LoadError
@@ -235,10 +236,12 @@ def _command(name: str) -> Command:
 
 
 class _EscapingFormatter(logging.Formatter):
-    """Log lines can quote model or server text: its control characters are shown, not obeyed."""
+    """Log lines can quote model or server text: its control characters are shown, not obeyed,
+    and credentials in URLs are redacted."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return escape_controls(super().format(record))
+        # Any URL in a log line (httpx's request lines under --debug) loses its credentials.
+        return escape_controls(redact_urls(super().format(record)))
 
 
 def _configure_logging(debug: bool) -> None:

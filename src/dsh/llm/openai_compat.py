@@ -40,6 +40,7 @@ from dsh.llm.openai_config import (
 from dsh.llm.openai_errors import ErrorMapper, IdleTimeout
 from dsh.llm.openai_request import build_messages, build_tools, request_kwargs
 from dsh.llm.openai_stream import Translator, map_finish_reason, map_usage
+from dsh.llm.redact import redact_url
 from dsh.llm.service import LLM
 from dsh.llm.types import LlmError, LlmRequest, StreamChunk
 from dsh.runtime.abort import run_cancellable
@@ -124,7 +125,7 @@ class OpenAICompatAdapter:
         self.client = client
 
     def __repr__(self) -> str:  # never show the key
-        return f"OpenAICompatAdapter(base_url={self.base_url!r})"
+        return f"OpenAICompatAdapter(base_url={redact_url(self.base_url)!r})"
 
     async def aclose(self) -> None:
         """Close the SDK client's connection pool."""
