@@ -11,7 +11,8 @@ Owns the ``reminders`` command line:
   the worker delivers itself) and, for each session with a due reminder, resumes it, runs the
   reminder turns with the session's model and tools, flushes, and releases it. It works in each
   session's recorded folder, and only when that folder exists and can be a workspace
-  (:mod:`dsh.apps.workspace_choice`); any other session is reported and left due.
+  (:mod:`dsh.apps.workspace_choice`); a session that records none works in the worker's own
+  folder under the same rule; any other session is reported and left due.
 
 Claiming is the store's writer lock: resuming takes it, so a session open in ``dsh chat`` (whose
 own process delivers) or being served by another worker is skipped, and with PostgreSQL several
@@ -28,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -224,10 +226,17 @@ async def serve_session(ctx: Context, session_id: str, model: str | None, result
 
 
 def _workspace_problem(cwd: object) -> str | None:
-    """The worker has no folder of its own: a session is served in its recorded folder, and only
-    when that is an existing folder that can be a workspace."""
-    if not isinstance(cwd, str) or not cwd:
-        return "it records no folder to work in"
+    """A session is served in its recorded folder, and only when that is an existing folder that
+    can be a workspace; one that records none works in the worker's own folder, under the same
+    rule."""
+    if cwd is None or cwd == "":
+        here = os.getcwd()
+        why = workspace_choice.refusal(here)
+        if why is not None:
+            return f"it records no folder, and the worker's folder {escape_controls(here)} cannot be a workspace ({why})"
+        return None
+    if not isinstance(cwd, str):
+        return "its recorded folder is not a path"
     shown = escape_controls(cwd)
     why = workspace_choice.refusal(cwd)
     if why is not None:
