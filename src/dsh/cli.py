@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from dsh._redact import redact_urls
 from dsh.apps import mcp_cmd, pipes, session_ids
 from dsh.apps.entries import (
     SANDBOX_MODES,
@@ -32,7 +33,6 @@ from dsh.apps.escape import escape_controls
 from dsh.apps.store_check import StoreUnwritable
 from dsh.compose import APP_NAMES, DEFAULT_ROOT, ECHO_MODEL, STORE_NAMES
 from dsh.errors import UsageError
-from dsh.llm.redact import redact_urls
 from dsh.persistence.base import StoreError
 from dsh.runtime import ConfigError
 from dsh.runtime.loader import LoadError

@@ -14,7 +14,7 @@ import pytest
 from tests.apps.conftest import run_dsh
 from tests.llm.sse_server import Reply, SSEServer, chunk
 
-from dsh.llm.redact import redact_url, redact_urls
+from dsh._redact import redact_url, redact_urls
 
 SECRETS = ("sk-url-Zq7uX9wK", "sk-q-Wv3kP2rT", "tok-Jh5mN8cY")
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}

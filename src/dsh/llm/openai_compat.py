@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 import openai
 
+from dsh._redact import redact_url
 from dsh.llm.openai_config import (
     DEFAULT_BASE_URL,
     DEFAULT_MODELS,
@@ -40,7 +41,6 @@ from dsh.llm.openai_config import (
 from dsh.llm.openai_errors import ErrorMapper, IdleTimeout
 from dsh.llm.openai_request import build_messages, build_tools, request_kwargs
 from dsh.llm.openai_stream import Translator, map_finish_reason, map_usage
-from dsh.llm.redact import redact_url
 from dsh.llm.service import LLM
 from dsh.llm.types import LlmError, LlmRequest, StreamChunk
 from dsh.runtime.abort import run_cancellable

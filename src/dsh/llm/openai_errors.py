@@ -4,7 +4,7 @@ Owns the codes (``AUTH``, ``RATE_LIMIT``, ``INVALID_REQUEST``, ``SERVER``, ``HTT
 ``TIMEOUT``, ``CONNECTION``, ``STREAM_CLOSED``, ``MALFORMED_RESPONSE``) and the text: it starts
 with the endpoint URL and names the cause (``<baseURL>: rate limited after 3 attempts (HTTP 429:
 <provider message>)``), with the API key scrubbed out and the URL's credentials redacted
-(:mod:`dsh.llm.redact`). Imports the ``openai`` SDK (its error
+(:mod:`dsh._redact`). Imports the ``openai`` SDK (its error
 types), so only the adapter imports this module.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import openai
 
-from dsh.llm.redact import redact_urls
+from dsh._redact import redact_urls
 from dsh.llm.types import LlmError
 
 __all__ = ["ErrorMapper", "IdleTimeout"]

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from dsh._redact import redact_urls
 from dsh.agent.hooks import PROMPT_SUBMIT, JsonMap, PromptSubmit
-from dsh.llm.redact import redact_urls
 from dsh.runtime import Context, ServiceKey
 from dsh.session import Event, Session
 from dsh.session.vocab import JsonObject

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from typing import Final
-from urllib.parse import unquote
 
 __all__ = ["REDACTED", "redact_url", "redact_urls"]
 
@@ -31,7 +30,11 @@ _URL: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>`]+")
 
 
 def _secret(name: str) -> bool:
-    return _SECRET_NAME.search(unquote(name).lower().replace("-", "").replace("_", "")) is not None
+    if "%" in name:
+        from urllib.parse import unquote  # only here: every dsh command imports this module
+
+        name = unquote(name)
+    return _SECRET_NAME.search(name.lower().replace("-", "").replace("_", "")) is not None
 
 
 def _params(text: str) -> str:
