@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
 import msgspec
 
+from dsh._redact import redact_urls
 from dsh.apps import mcp_cmd, pipes, session_ids
 from dsh.apps.entries import (
     SANDBOX_MODES,
@@ -81,6 +83,10 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
 def _agent_options(parser: argparse.ArgumentParser) -> None:
     """The model, session and store options ``dsh chat`` and ``dsh run`` share."""
     parser.add_argument("--config", metavar="FILE", help="YAML plugin composition (relative paths in it resolve against its folder)")
+    parser.add_argument(
+        "-C", "--cd", metavar="DIR",
+        help="work in DIR (the workspace) as if dsh were started there; later relative paths are relative to DIR",
+    )
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--resume", metavar="SESSION_ID", help="continue a stored session (any unique id prefix)")
     which.add_argument("--continue", dest="continue_", action="store_true", help="continue the newest session of this folder")
@@ -245,10 +251,12 @@ def _command(name: str) -> Command:
 
 
 class _EscapingFormatter(logging.Formatter):
-    """Log lines can quote model or server text: its control characters are shown, not obeyed."""
+    """Log lines can quote model or server text: its control characters are shown, not obeyed,
+    and credentials in URLs are redacted."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return escape_controls(super().format(record))
+        # Any URL in a log line (httpx's request lines under --debug) loses its credentials.
+        return escape_controls(redact_urls(super().format(record)))
 
 
 def _configure_logging(debug: bool) -> None:
@@ -265,6 +273,16 @@ def _one_line(exc: BaseException | str) -> str:
     return escape_controls(" ".join(line.strip() for line in text.splitlines() if line.strip()))
 
 
+def _change_folder(folder: str | None) -> None:
+    """``-C``/``--cd DIR``: the chosen workspace, as if dsh were started in DIR."""
+    if folder is None:
+        return
+    try:
+        os.chdir(folder)
+    except OSError as exc:
+        raise UsageError(f"--cd {folder}: {exc.strerror or 'cannot enter it'}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
@@ -277,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Bare ``dsh``: the usage, and exit 2 as for any other missing argument.
             parser.print_help(sys.stderr)
             return 2
+        _change_folder(getattr(args, "cd", None))
         runner = _command(args.command)
         try:
             status = asyncio.run(runner(args))
@@ -289,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise exc.__cause__ from None
             if isinstance(exc.__cause__, StoreUnwritable):
                 raise UsageError(str(exc.__cause__)) from None
+            if isinstance(exc.__cause__, UsageError):
+                raise exc.__cause__ from None  # its own line (a refused workspace), not the entry's
             raise
     except (UsageError, LoadError, ConfigError, msgspec.ValidationError, session_ids.AmbiguousId) as exc:
         if debug:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -97,14 +96,17 @@ def test_corrupt_committed_line_is_refused_and_file_untouched(workdir: Path) -> 
 
 @pytest.mark.slow
 def test_reference_crash_log_resumes_through_the_app(workdir: Path) -> None:
-    header = json.loads((FIXTURES / "crash-before-repair.jsonl").read_text().splitlines()[0])
-    target = bucket(default_root(), Path(header["cwd"])) / f"{header['id']}.jsonl"
+    header_line, events = (FIXTURES / "crash-before-repair.jsonl").read_bytes().split(b"\n", 1)
+    header = json.loads(header_line)
+    # Recorded in this folder: a session is only resumed in the folder it was recorded in.
+    header["cwd"] = str(workdir)
+    target = bucket(default_root(), workdir) / f"{header['id']}.jsonl"
     target.parent.mkdir(parents=True)
-    shutil.copy(FIXTURES / "crash-before-repair.jsonl", target)
+    target.write_bytes(json.dumps(header, separators=(",", ":")).encode() + b"\n" + events)
     result = run_dsh(["chat", "--resume", header["id"]], workdir, stdin="after the crash\n")
     assert result.returncode == 0, result.stderr
-    data = target.read_bytes()
-    assert data.startswith((FIXTURES / "crash-after-repair.jsonl").read_bytes())
+    data = target.read_bytes().split(b"\n", 1)[1]
+    assert data.startswith((FIXTURES / "crash-after-repair.jsonl").read_bytes().split(b"\n", 1)[1])
     assert "[main turn 3]" in result.stdout
 
 

@@ -1,8 +1,9 @@
 """``dsh chat``: pick the session and model, load the composition, run the stdio app.
 
 Owns what happens between the parsed flags and the running app: ``--continue`` (the newest
-session of this folder) and ``--resume`` (any unique id prefix), continuing with the model the
-session last used (refused in one line when nothing here serves it), loading the entries of
+session of this folder) and ``--resume`` (any unique id prefix), refusing a folder that cannot be a workspace and a
+session recorded in another folder than the chosen one (:mod:`dsh.apps.workspace_choice`),
+continuing with the model the session last used (refused in one line when nothing here serves it), loading the entries of
 :mod:`dsh.apps.entries`, and the signals: Ctrl-C cancels a running turn and otherwise ends input
 like EOF; SIGTERM does both. ``dsh run`` loads its agent through :func:`load_app` too.
 """
@@ -14,10 +15,10 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dsh.apps import pipes, session_ids
+from dsh.apps import pipes, session_ids, workspace_choice
 from dsh.apps.entries import composition, open_store
 from dsh.apps.stdio import STDIO_APP, StdioApp
 from dsh.compose import ECHO_MODEL
@@ -28,6 +29,7 @@ from dsh.persistence.base import StoreError
 from dsh.plugins.schedule.plugin import SCHEDULE
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_plugins
+from dsh.session import Event
 
 __all__ = ["cmd_chat", "load_app", "prepare_agent"]
 
@@ -44,14 +46,22 @@ async def newest_session_here(args: argparse.Namespace) -> str:
     raise StoreError(f"no stored session for this folder ({here})")
 
 
-async def recorded_model(args: argparse.Namespace, session_id: str) -> str | None:
-    """The model of the session's latest ``request/header`` (read-only: no lock, no repair)."""
+async def recorded_session(args: argparse.Namespace, session_id: str) -> tuple[str | None, object]:
+    """The model of the session's latest ``request/header`` and its recorded ``cwd``
+    (read-only: no lock, no repair). A session that cannot be read gives ``(None, None)``:
+    resuming it then reports why."""
     store, ctx = await open_store(args)
     try:
         stored = await store.read(session_id)
+    except StoreError:
+        return None, None
     finally:
         await ctx.dispose()
-    for event in reversed(stored.events):
+    return _last_model(stored.events), stored.header.get("cwd", "")
+
+
+def _last_model(events: Sequence[Event]) -> str | None:
+    for event in reversed(events):
         if event.type == "request/header":
             header = event.data.get("header")
             config = header.get("config") if isinstance(header, dict) else None
@@ -89,10 +99,17 @@ async def prepare_agent(args: argparse.Namespace) -> tuple[list[PluginEntry], Pa
     elif args.resume:
         args.resume = await resolve_session(args, args.resume)
     recorded: str | None = None
+    if not args.resume:
+        workspace_choice.check_new(os.getcwd())
+    else:
+        # The workspace is the folder the person chose, not the one the log names.
+        model, cwd = await recorded_session(args, args.resume)
+        if cwd is not None:
+            workspace_choice.check_resumed(args.resume, cwd, os.getcwd())
     if args.resume and not args.model:
         # Resume continues with the model the session last used; the endpoint comes from the
         # config or the flags.
-        recorded = args.model = await recorded_model(args, args.resume)
+        recorded = args.model = model
         known = recorded in (ECHO_MODEL, *DEFAULT_MODELS) or os.environ.get("DEEPSEEK_BASE_URL")
         if recorded is not None and not args.config and not args.base_url and not known:
             raise UsageError(_unserved(args, recorded))

@@ -9,7 +9,10 @@ Owns the ``reminders`` command line:
   (``--model``, ``--base-url``, ``--store``, ``--root``, ``--sqlite``, ``--dsn``, ``--config``),
   mounts the same composition as ``dsh chat`` (with ``schedule`` in ``live: false`` mode, since
   the worker delivers itself) and, for each session with a due reminder, resumes it, runs the
-  reminder turns with the session's model and tools, flushes, and releases it.
+  reminder turns with the session's model and tools, flushes, and releases it. It works in each
+  session's recorded folder, and only when that folder exists and can be a workspace
+  (:mod:`dsh.apps.workspace_choice`); a session that records none works in the worker's own
+  folder under the same rule; any other session is reported and left due.
 
 Claiming is the store's writer lock: resuming takes it, so a session open in ``dsh chat`` (whose
 own process delivers) or being served by another worker is skipped, and with PostgreSQL several
@@ -26,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -34,6 +38,8 @@ from pathlib import Path
 from typing import Protocol
 
 from dsh import _clock
+from dsh.apps import workspace_choice
+from dsh.apps.escape import escape_controls
 from dsh.compose import choose_store
 from dsh.persistence.base import SESSION_STORE, SessionLocked, SessionStore, StoreError
 from dsh.runtime import Context
@@ -219,6 +225,27 @@ async def serve_session(ctx: Context, session_id: str, model: str | None, result
         await agent.dispose()
 
 
+def _workspace_problem(cwd: object) -> str | None:
+    """A session is served in its recorded folder, and only when that is an existing folder that
+    can be a workspace; one that records none works in the worker's own folder, under the same
+    rule."""
+    if cwd is None or cwd == "":
+        here = os.getcwd()
+        why = workspace_choice.refusal(here)
+        if why is not None:
+            return f"it records no folder, and the worker's folder {escape_controls(here)} cannot be a workspace ({why})"
+        return None
+    if not isinstance(cwd, str):
+        return "its recorded folder is not a path"
+    shown = escape_controls(cwd)
+    why = workspace_choice.refusal(cwd)
+    if why is not None:
+        return f"its recorded folder {shown} cannot be a workspace ({why})"
+    if not Path(cwd).is_dir():
+        return f"its recorded folder {shown} is not a folder"
+    return None
+
+
 async def sweep(ctx: Context, model: str | None, default_model: str) -> Pass:
     """One pass over the store: serve every session with a due reminder."""
     from dsh.plugins.schedule.fold import ScheduleLogError, Wait, decide, fold, seed_length
@@ -235,6 +262,11 @@ async def sweep(ctx: Context, model: str | None, default_model: str) -> Pass:
             continue
         if isinstance(decision, Wait):
             result.wake_at(decision.until)
+            continue
+        problem = _workspace_problem(stored.header.get("cwd"))
+        if problem is not None:
+            result.failed += 1
+            print(f"dsh: session {escape_controls(info.id)}: {problem}; its reminder is not delivered", file=sys.stderr)
             continue
         await serve_session(ctx, info.id, model, result, default_model)
     return result

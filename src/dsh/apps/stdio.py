@@ -33,7 +33,7 @@ from dsh.agent import system_prompt as system_prompt_plugin
 from dsh.agent.agent import AGENTS, Agent
 from dsh.agent.hooks import REQUEST, JsonMap, RequestConfig
 from dsh.agent.sessions import SESSIONS
-from dsh.apps import pipes
+from dsh.apps import pipes, workspace_choice
 from dsh.apps.escape import escape_controls, keep
 from dsh.apps.home import default_root
 from dsh.apps.store_check import check_writable
@@ -391,6 +391,13 @@ async def apply(ctx: Context, config: Config) -> None:
     loop = ctx.require(loop_plugin.AGENT_LOOP)
     if config.resume_session_id:
         agent = await loop.resume("main", config.resume_session_id, model=config.model)
+        try:
+            # dsh chat/run checked this before loading; a composition's resumeSessionId did not.
+            workspace_choice.check_resumed(agent.session.id, agent.session.header.get("cwd"), os.getcwd())
+        except workspace_choice.WorkspaceRefused:
+            await agent.dispose()
+            raise
     else:
+        workspace_choice.check_new(os.getcwd())
         agent = loop.create("main", model=config.model, cwd=os.getcwd())
     ctx.provide(STDIO_APP, StdioApp(ctx, config, agent))

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 import openai
 
+from dsh._redact import redact_url
 from dsh._secrets import register_secret_env
 from dsh.llm.openai_config import (
     DEFAULT_BASE_URL,
@@ -126,7 +127,7 @@ class OpenAICompatAdapter:
         self.client = client
 
     def __repr__(self) -> str:  # never show the key
-        return f"OpenAICompatAdapter(base_url={self.base_url!r})"
+        return f"OpenAICompatAdapter(base_url={redact_url(self.base_url)!r})"
 
     async def aclose(self) -> None:
         """Close the SDK client's connection pool."""

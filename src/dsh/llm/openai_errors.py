@@ -3,7 +3,8 @@
 Owns the codes (``AUTH``, ``RATE_LIMIT``, ``INVALID_REQUEST``, ``SERVER``, ``HTTP_<s>``,
 ``TIMEOUT``, ``CONNECTION``, ``STREAM_CLOSED``, ``MALFORMED_RESPONSE``) and the text: it starts
 with the endpoint URL and names the cause (``<baseURL>: rate limited after 3 attempts (HTTP 429:
-<provider message>)``), with the API key scrubbed out. Imports the ``openai`` SDK (its error
+<provider message>)``), with the API key scrubbed out and the URL's credentials redacted
+(:mod:`dsh._redact`). Imports the ``openai`` SDK (its error
 types), so only the adapter imports this module.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 import openai
 
+from dsh._redact import redact_urls
 from dsh.llm.types import LlmError
 
 __all__ = ["ErrorMapper", "IdleTimeout"]
@@ -74,7 +76,9 @@ class ErrorMapper:
 
     def __call__(self, err: BaseException, started: bool) -> LlmError:
         mapped = self._cause(err, started)
-        text = self.scrub(f"{self.base_url}: {mapped.message}")
+        # Credentials in the endpoint URL (userinfo, ?api-key=) never reach the message, which
+        # is printed, logged as turn/end.message and told to the model by turn-outcome.
+        text = self.scrub(redact_urls(f"{self.base_url}: {mapped.message}"))
         return LlmError(text, code=mapped.code, status=mapped.status)
 
     def _cause(self, err: BaseException, started: bool) -> LlmError:

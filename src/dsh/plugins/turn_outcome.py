@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from dsh._redact import redact_urls
 from dsh.agent.hooks import PROMPT_SUBMIT, JsonMap, PromptSubmit
 from dsh.runtime import Context, ServiceKey
 from dsh.session import Event, Session
@@ -72,7 +73,8 @@ def describe(ending: Event) -> str:
         return f"{turn} was cancelled by the user{f' ({why})' if why else ''} before it finished{tail}"
     if kind == "error":
         code = reason.get("code")
-        message = str(reason.get("message") or "")
+        # Redacted again here: a log written before the error text was redacted may hold one.
+        message = redact_urls(str(reason.get("message") or ""))
         if len(message) > MAX_MESSAGE:
             message = message[: MAX_MESSAGE - 1] + "…"
         step = reason.get("step")

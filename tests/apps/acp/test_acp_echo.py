@@ -130,7 +130,8 @@ async def test_echo_session_survives_kill9(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "still there?" in shown.stdout and "hello there" in shown.stdout
     assert "interrupted" in run_dsh(["sessions", "show", sid, "--events"], tmp_path).stdout
-    resumed = run_dsh(["chat", "--resume", sid], tmp_path, stdin="and from the terminal\n")
+    # The terminal continues it in the folder it was recorded in (its workspace).
+    resumed = run_dsh(["chat", "--resume", sid], ws, stdin="and from the terminal\n")
     assert resumed.returncode == 0, resumed.stderr
     assert 'You said: "and from the terminal"' in resumed.stdout
 

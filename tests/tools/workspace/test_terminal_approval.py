@@ -44,7 +44,7 @@ def test_inline_prompt_deny_once_session(tmp_path: Path) -> None:
     workdir = tmp_path / "project"
     workdir.mkdir()
     with SSEServer() as server:
-        for n, name in enumerate(["one", "two", "three", "four"], 1):
+        for n, name in enumerate(["one", "two", "three", "three"], 1):  # the session rule is the exact command
             server.push(_bash(n, f"touch {name}"))
         server.push(Reply.sse([chunk(content="Finished."), chunk(finish="stop")]))
         term = Terminal(
@@ -71,7 +71,7 @@ def test_inline_prompt_deny_once_session(tmp_path: Path) -> None:
         term.expect("test-model · turn 1 ·")
         term.type("\x04")
         assert term.wait() == 0
-    assert sorted(p.name for p in workdir.iterdir() if not p.name.startswith(".")) == ["four", "three", "two"]
+    assert sorted(p.name for p in workdir.iterdir() if not p.name.startswith(".")) == ["three", "two"]
     events = _events(workdir)
     decided = [e["data"]["outcome"] for e in events if e["type"] == "approval/decided"]
     assert decided == ["rejected", "allowed-once", "allowed-session", "allowed-session"]

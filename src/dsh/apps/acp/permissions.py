@@ -2,7 +2,8 @@
 
 :class:`ClientAsker` is an approval asker (the interface ``APPROVAL``'s ``set_asker`` takes): it
 puts each request to the client of the request's session with three options, allow once
-(``allowed-once``), allow always (``allowed-session``: that tool for the rest of the session) and
+(``allowed-once``), allow always (``allowed-session``: for the rest of the session, the
+narrowest scope of the call: the exact command, the exact path, or the tool) and
 reject (``rejected``). It fails closed: a client that answers ``cancelled`` gives ``cancelled``; an
 error response, a lost connection, an unknown option or no answer within ``timeout`` seconds gives
 ``unavailable``; a turn cancelled while the question is open gives ``cancelled`` at once. In every

@@ -36,6 +36,7 @@ from acp.interfaces import Agent as AcpAgent
 from dsh import _zones
 from dsh.agent.agent import Agent
 from dsh.agent.loop import AGENT_LOOP
+from dsh.apps import workspace_choice
 from dsh.apps.acp.mapping import (
     PromptBlock,
     Update,
@@ -282,8 +283,12 @@ class DshAcpAgent:
         if agent.options.model is None:
             agent.options.model = self.options.default_model
         stored_cwd = _cwd(agent.session)
-        if stored_cwd and stored_cwd != cwd:
-            log.info("acp: session %s keeps its recorded workspace %s (client sent %s)", session_id, stored_cwd, cwd)
+        try:
+            # The client's cwd is the chosen workspace; a log recorded elsewhere does not move it.
+            workspace_choice.check_resumed(session_id, agent.session.header.get("cwd"), cwd, flag=None)
+        except workspace_choice.WorkspaceRefused as exc:
+            await agent.dispose()
+            raise invalid_params(str(exc)) from None
         state = self.sessions[session_id] = _AcpSession(agent, stored_cwd or cwd, ClientServers([]))
         await self._connect_mcp(state, servers)
         return state
@@ -397,6 +402,9 @@ def _check_cwd(cwd: str) -> None:
         raise invalid_params(f'cwd must be an absolute path, got "{cwd}"')
     if not os.path.isdir(cwd):
         raise invalid_params(f'cwd "{cwd}" is not a folder')
+    why = workspace_choice.refusal(cwd)
+    if why is not None:
+        raise invalid_params(f'cwd "{cwd}" cannot be a workspace ({why})')
 
 
 async def serve(ctx: Context, options: AcpOptions) -> None:

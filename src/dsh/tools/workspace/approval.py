@@ -7,9 +7,12 @@ Policy ``never`` rejects every request without asking. Each request is audited i
 the log-only pair ``approval/asked`` ``{id, toolName, callId?, reason?}`` and
 ``approval/decided`` ``{id, outcome}``; the model sees only the tool's outcome.
 
-Beyond the reference: an asker may answer ``allowed-session``, which allows that tool for the rest
-of the session (the rule is folded back from the log on resume), and the asker sees the call's
-arguments. The effective policy is told to the model once per session, in the reference's wording,
+Beyond the reference: an asker may answer "allow for this session" with one of the request's
+``scopes`` (:func:`dsh.permissions.session_scopes`: the exact command or a stated prefix for
+``bash``, the exact path or its folder for ``write``/``edit``, the tool for others), and the
+asker sees the call's arguments and its ``subject`` (the command or resolved path). The rule is
+recorded as ``approval/decided`` ``scope`` (``Bash(npm test:*)``) and folded back from the log
+on resume; an ``allowed-session`` without a readable ``scope`` (older logs) folds to nothing. The effective policy is told to the model once per session, in the reference's wording,
 as an append-only raw ``context/message`` framed in ``<system-reminder>``; a later policy change appends a new notice.
 
 The tool registry calls :meth:`ApprovalService.authorize` for every tool with
@@ -25,15 +28,19 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
+from dsh.permissions import Rule, RuleError, parse_rule, session_scopes
+from dsh.permissions.scopes import Scope
 from dsh.runtime.abort import AbortSignal
 from dsh.runtime.keys import ServiceKey
 from dsh.session.vocab import JsonObject
 from dsh.tools.types import Tool, ToolCall
+from dsh.tools.workspace._common import resolve_path, workspace_root
 
 __all__ = [
     "APPROVAL",
     "ASK_SENTENCE",
     "NEVER_SENTENCE",
+    "Answer",
     "ApprovalOutcome",
     "ApprovalPolicy",
     "ApprovalRequest",
@@ -68,14 +75,21 @@ class ApprovalRequest:
     arguments: object = None
     call_id: str | None = None
     signal: AbortSignal | None = None
+    # What the call acts on, shown first and in full: the bash command, or the resolved path.
+    subject: str | None = None
+    # What "allow for this session" may cover, narrowest first (rule, the sentence shown).
+    scopes: tuple[Scope, ...] = ()
+
+
+Answer: TypeAlias = ApprovalOutcome | Rule
+"""An asker's answer: an outcome, or one of the request's scope rules (allowed for the session).
+A plain ``allowed-session`` means the narrowest scope."""
 
 
 class Asker(Protocol):
     """An interactive answerer (the terminal's inline prompt). It may be sync or async."""
 
-    def __call__(
-        self, request: ApprovalRequest
-    ) -> Awaitable[ApprovalOutcome] | ApprovalOutcome: ...
+    def __call__(self, request: ApprovalRequest) -> Awaitable[Answer] | Answer: ...
 
 
 def _has_open_turn(session: object) -> bool:
@@ -84,8 +98,43 @@ def _has_open_turn(session: object) -> bool:
 
 @dataclass
 class _SessionState:
-    allowed: set[str] = field(default_factory=set)
+    allowed: list[Rule] = field(default_factory=list)
     notice: str | None = None
+
+    def allow(self, rule: Rule) -> None:
+        if rule not in self.allowed:
+            self.allowed.append(rule)
+
+    def rule_for(self, req: ApprovalRequest) -> Rule | None:
+        return next((r for r in self.allowed if r.matches(req.tool_name, req.subject)), None)
+
+
+def _folded_rule(scope: object) -> Rule | None:
+    """A logged scope back as a rule; anything unreadable grants nothing."""
+    if not isinstance(scope, str):
+        return None
+    try:
+        return parse_rule(scope)
+    except RuleError:
+        return None
+
+
+def _subject_of(tool_name: str, call: ToolCall) -> str | None:
+    """The subject of a call the registry gate asks about (``approvalRequired``): the command of
+    ``bash``, the resolved path of a file tool; ``None`` for other tools."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    if tool_name == "bash":
+        command = args.get("command")
+        return command if isinstance(command, str) else None
+    if tool_name in ("write", "edit", "read"):
+        raw = args.get("file_path")
+        if not isinstance(raw, str) or not raw or "\x00" in raw:
+            return None
+        try:
+            return str(resolve_path(workspace_root(call), raw))
+        except Exception:
+            return None  # no resolvable path: no session scope, the question still asks
+    return None
 
 
 def refusal_text(tool_name: str, outcome: str) -> str:
@@ -136,14 +185,13 @@ class ApprovalService:
             state = self._sessions[sid] = _SessionState()
             # Fold earlier "allow for this session" answers and the last policy notice back
             # from the log, so a resumed session keeps both (nothing is re-announced).
-            asked: dict[str, str] = {}
+            # Only the recorded scope is folded back: an older allowed-session without one was
+            # for that call alone, which has run, so it grants nothing now.
             for event in getattr(session, "events", ()):
-                if event.type == "approval/asked":
-                    asked[str(event.data.get("id"))] = str(event.data.get("toolName"))
-                elif event.type == "approval/decided" and event.data.get("outcome") == "allowed-session":
-                    tool = asked.get(str(event.data.get("id")))
-                    if tool:
-                        state.allowed.add(tool)
+                if event.type == "approval/decided" and event.data.get("outcome") == "allowed-session":
+                    rule = _folded_rule(event.data.get("scope"))
+                    if rule is not None:
+                        state.allow(rule)
                 elif event.type == "context/message" and event.data.get("source") == SOURCE:
                     content = event.data.get("content") or []
                     framed = "".join(b.get("text", "") for b in content if isinstance(b, dict))
@@ -168,35 +216,51 @@ class ApprovalService:
         if req.reason:
             asked["reason"] = req.reason
         session.append("approval/asked", asked)
-        outcome = await self._decide(req, state)
-        if outcome == "allowed-session":
-            state.allowed.add(req.tool_name)
-        session.append("approval/decided", {"id": request_id, "outcome": outcome})
+        outcome, rule = await self._decide(req, state)
+        decided: JsonObject = {"id": request_id, "outcome": outcome}
+        if outcome == "allowed-session" and rule is not None:
+            state.allow(rule)
+            decided["scope"] = str(rule)
+        session.append("approval/decided", decided)
         return outcome
 
-    async def _decide(self, req: ApprovalRequest, state: _SessionState) -> ApprovalOutcome:
+    async def _decide(self, req: ApprovalRequest, state: _SessionState) -> tuple[ApprovalOutcome, Rule | None]:
         if req.signal is not None and req.signal.aborted:
-            return "cancelled"
+            return "cancelled", None
         if self.policy == "never":
-            return "rejected"
-        if req.tool_name in state.allowed:
-            return "allowed-session"
+            return "rejected", None
+        rule = state.rule_for(req)
+        if rule is not None:
+            return "allowed-session", rule
         asker = self._asker
         if asker is None:
-            return "unavailable"
+            return "unavailable", None
         try:
             answer = asker(req)
             if inspect.isawaitable(answer):
                 answer = await answer
         except Exception:
-            return "unavailable"  # a broken answerer fails the question closed
+            return "unavailable", None  # a broken answerer fails the question closed
         if req.signal is not None and req.signal.aborted:
-            return "cancelled"
-        return answer if answer in OUTCOMES else "unavailable"
+            return "cancelled", None
+        offered = [scope for scope, _ in req.scopes]
+        if isinstance(answer, Rule):
+            # Only a scope the person was shown can be granted.
+            return ("allowed-session", answer) if answer in offered else ("unavailable", None)
+        if answer == "allowed-session":
+            # The narrowest scope shown; with none to offer, this one call only.
+            return ("allowed-session", offered[0]) if offered else ("allowed-once", None)
+        return (answer, None) if answer in OUTCOMES else ("unavailable", None)
 
-    async def check(self, call: ToolCall, reason: str, *, tool_name: str | None = None) -> str | None:
-        """Ask for ``call``; ``None`` when allowed, else the model-visible refusal."""
+    async def check(
+        self, call: ToolCall, reason: str, *, tool_name: str | None = None, subject: str | None = None
+    ) -> str | None:
+        """Ask for ``call``; ``None`` when allowed, else the model-visible refusal. ``subject``
+        is what the call acts on (the command, the resolved path): shown first, and what a
+        session rule must match."""
         name = tool_name or call.name
+        if subject is None:
+            subject = _subject_of(name, call)
         outcome = await self.request(
             ApprovalRequest(
                 agent=call.agent,
@@ -205,6 +269,8 @@ class ApprovalService:
                 arguments=call.arguments,
                 call_id=call.call_id,
                 signal=call.signal,
+                subject=subject,
+                scopes=tuple(session_scopes(name, subject)),
             )
         )
         if outcome in ("allowed-once", "allowed-session"):

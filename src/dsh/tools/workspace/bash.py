@@ -103,7 +103,9 @@ async def prepare(shared: Shared, args: Any, call: ToolCall) -> tuple[str, list[
     if not workdir.is_dir():
         raise ToolError(f'invalid workdir: "{workdir_arg}" is not a directory')
     if not shared.policy(call, with_temp=False).confined and shared.config.ask_unconfined_bash:
-        refusal = await shared.approval.check(call, "runs without a sandbox (danger-full-access)")
+        refusal = await shared.approval.check(
+            call, "runs without a sandbox (danger-full-access)", subject=command
+        )
         if refusal is not None:
             raise ToolError(refusal, code="APPROVAL")
     session = shared.session(call)

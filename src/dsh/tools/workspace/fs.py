@@ -188,7 +188,9 @@ def fs_tools(shared: Shared) -> list[Tool]:
                 raise ToolError(GIT_REFUSAL.format(refusal=refusal, shown=shown, mode=policy.mode), code="APPROVAL")
         inside = path == root or root in path.parents
         if not inside and not policy.confined:
-            refusal = await shared.approval.check(call, f'{verb}s "{path}", outside the workspace {root}')
+            refusal = await shared.approval.check(
+                call, f'{verb}s "{path}", outside the workspace {root}', subject=str(path)
+            )
             if refusal is not None:
                 raise ToolError(refusal, code="APPROVAL")
         return root, path, shown
