@@ -318,8 +318,13 @@ class Agent:
 
             await ctx.plugin(echo, {"delayMs": 0})
             return
-        from dsh.llm import openai_compat
+        from dsh.llm import openai_compat, providers
+        from dsh.runtime.resolve import resolve_plugin
 
+        resolved = providers.resolve(model, self.base_url)
+        if resolved is not None:  # "anthropic:claude-…": the provider's adapter, as the CLI does
+            await ctx.plugin(resolve_plugin(resolved.plugin), resolved.config)
+            return
         config: dict[str, object] = {"models": [model]}
         if self.base_url is not None:
             config["baseURL"] = self.base_url
