@@ -21,6 +21,13 @@ MODEL = "anthropic:claude-sonnet-4-5"
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    return cwd
+
+
 def _events(workdir: Path) -> list[dict[str, Any]]:
     [log] = session_files(workdir)
     return [json.loads(line) for line in log.read_text().splitlines()[1:]]
