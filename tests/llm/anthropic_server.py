@@ -70,9 +70,11 @@ def reply(
     output_tokens: int = 9,
     model: str = "claude-test",
     drop_after: int | None = None,
+    delay: float = 0.0,
     headers: dict[str, str] | None = None,
 ) -> Reply:
-    """A whole streamed reply (``drop_after=n``: the connection is cut after n events)."""
+    """A whole streamed reply (``drop_after=n``: the connection is cut after n events; ``delay``:
+    a pause before every event but the first)."""
     start_usage = {"input_tokens": 10, "output_tokens": 1, **(usage or {})}
     events = [
         event(
@@ -93,7 +95,7 @@ def reply(
     )
     events.append(event("message_stop", {}))
     return Reply(kind="sse", events=[e.encode() for e in events], done=False,
-                 drop_after=drop_after, headers=dict(headers or {}))
+                 drop_after=drop_after, delay=delay, headers=dict(headers or {}))
 
 
 def error(status: int, kind: str, message: str, *, headers: dict[str, str] | None = None) -> Reply:

@@ -171,14 +171,16 @@ def test_run_json_reports_cache_tokens_and_a_redacted_block_survives_resume(
         ([error(529, "overloaded_error", "Overloaded", headers=FAST)] * 3,
          "overloaded after 3 attempts (HTTP 529: Overloaded)"),
         ([reply([text("par", "tial")], drop_after=4)], "the model stream was cut off before it finished"),
+        ([reply([text("slow")], delay=5)], "the model sent nothing for 1 s (idle timeout)"),
+        ([Reply.hanging(10)] * 3, "no response within 1 s after 3 attempts (timeout)"),
     ],
-    ids=["401", "429", "529", "stream-cut"],
+    ids=["401", "429", "529", "stream-cut", "idle-timeout", "no-response"],
 )
 def test_a_failed_turn_exits_1_with_one_line_naming_endpoint_and_cause(
     sse_server: SSEServer, workdir: Path, replies: list[Reply], cause: str
 ) -> None:
     sse_server.push(*replies)
-    result = run_dsh(["chat", "--model", MODEL], workdir, stdin="hi\n", timeout=120, **env(sse_server))
+    result = run_dsh(["chat", "--model", MODEL, "--timeout", "1"], workdir, stdin="hi\n", timeout=120, **env(sse_server))
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     line = result.stderr.strip().splitlines()[-1]

@@ -77,7 +77,7 @@ def test_cache_share_model_completion_and_a_provider_switch_keep_a_valid_history
     # no reasoning_content), no signature anywhere.
     [qwen] = [r.json for r in local.requests]
     assert qwen["model"] == "qwen3"
-    assert [m["role"] for m in qwen["messages"]][0] == "system"
+    assert qwen["messages"][0]["role"] == "system"
     assert {"role": "assistant", "content": "Hello from Claude."} in qwen["messages"]
     assert "sig-A" not in json.dumps(qwen)
     # Back on Claude: its own thinking block goes back with its signature; Qwen's reasoning

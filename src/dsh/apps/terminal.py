@@ -46,10 +46,10 @@ from prompt_toolkit.patch_stdout import StdoutProxy
 
 from dsh.apps.approval_prompt import install as install_asker
 from dsh.apps.escape import escape_controls
-from dsh.llm.catalog import unknown_note
 from dsh.apps.term import commands
 from dsh.apps.term.host import TerminalApp
 from dsh.apps.term.view import Style, TranscriptView, replay
+from dsh.llm.catalog import unknown_note
 from dsh.session import Event, Session
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"

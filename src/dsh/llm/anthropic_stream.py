@@ -158,8 +158,10 @@ class Translator:
 
     def _text(self, block: _Open, text: str) -> None:
         block.parts.append(text)
-        kind = "text-delta" if block.kind == "text" else "reasoning-delta"
-        self.emit({"type": kind, "index": block.index, "text": text})  # type: ignore[misc]
+        if block.kind == "text":
+            self.emit({"type": "text-delta", "index": block.index, "text": text})
+        else:
+            self.emit({"type": "reasoning-delta", "index": block.index, "text": text})
 
     def _delta(self, event: object) -> None:
         block = self.open.get(_int(_get(event, "index")) or 0)
@@ -197,6 +199,6 @@ class Translator:
             }
             for key in ("cacheReadTokens", "cacheWriteTokens"):
                 if key in self.usage:
-                    usage[key] = self.usage[key]  # type: ignore[literal-required]
+                    usage[key] = self.usage[key]
             self.emit({"type": "usage", "usage": usage})
         self.emit({"type": "finish", "reason": self.finish})

@@ -39,7 +39,7 @@ async def pumped(pump: Pump, signal: AbortSignalLike | None) -> AsyncIterator[St
         put((0, chunk))
 
     work = pump(emit)
-    task = asyncio.ensure_future(work if signal is None else run_cancellable(work, signal, _PumpAborted))  # type: ignore[arg-type]
+    task = asyncio.ensure_future(work if signal is None else run_cancellable(work, signal, _PumpAborted))
     task.add_done_callback(lambda done: put((1, done)))
     try:
         while True:
