@@ -14,7 +14,6 @@ Names are looked up as typed (``anthropic:claude-sonnet-4-5``); a bare or
 from __future__ import annotations
 
 import functools
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -57,6 +56,8 @@ def _entry(name: str, raw: Mapping[str, object], known: bool = True) -> ModelInf
 
 @functools.cache
 def _load() -> tuple[dict[str, ModelInfo], ModelInfo]:
+    import tomllib  # parsed once, on first use
+
     text = resources.files("dsh.llm").joinpath("catalog.toml").read_text(encoding="utf-8")
     raw = tomllib.loads(text)
     defaults = raw.pop("defaults")
