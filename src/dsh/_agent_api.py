@@ -102,8 +102,10 @@ class _Runtime:
 class Agent:
     """An agent on dsh's durable log.
 
-    ``model`` is a model name (``mock-echo`` is keyless; any other name is served by the
-    OpenAI-compatible adapter, DeepSeek by default, or ``base_url``) or an adapter object with
+    ``model`` is a model name (``mock-echo`` is keyless; a ``provider:model`` name such as
+    ``anthropic:claude-sonnet-4-5`` picks its provider's adapter, endpoint and key as the CLI
+    does; any other name is served by the OpenAI-compatible adapter, DeepSeek by default, or
+    ``base_url``) or an adapter object with
     ``stream(request)``. ``instructions`` replace the default system prompt. ``tools`` are
     ``@dsh.tool`` functions or :class:`dsh.tools.Tool` objects. ``store`` is a JSONL root
     folder, ``"sqlite:///FILE"``, ``"postgresql://…"`` or a store object; ``None`` keeps sessions

@@ -23,7 +23,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from dsh.llm.types import BlockType, ContentBlock, FinishReason, LlmError, StreamChunk, TokenUsage
+from dsh.llm.types import (
+    BlockType,
+    ContentBlock,
+    FinishReason,
+    LlmError,
+    ReasoningBlock,
+    StreamChunk,
+    TokenUsage,
+)
 
 __all__ = ["Translator", "map_stop_reason"]
 
@@ -69,12 +77,12 @@ class _Open:
         if self.kind == "text":
             return {"type": "text", "text": text}
         if self.kind == "reasoning":
-            block: dict[str, object] = {"type": "reasoning", "text": text}
+            block: ReasoningBlock = {"type": "reasoning", "text": text}
             if self.signature is not None:
                 block["signature"] = self.signature
             if self.redacted:
                 block["redacted"] = True
-            return block  # type: ignore[return-value]
+            return block
         if not text:
             text = json.dumps(self.input, separators=(",", ":")) if isinstance(self.input, dict) and self.input else "{}"
         return {"type": "tool-call", "id": self.call_id, "name": self.name, "arguments": text}
