@@ -10,13 +10,16 @@ breakpoints sit where the llm README's rule says, cache tokens are logged and sh
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from anthropic_server import error, redacted, reply, text, thinking, tool_use
 from sse_server import Reply, SSEServer
-from tests.apps.conftest import run_dsh, session_files
+from tests.apps.conftest import dsh_env, run_dsh, session_files
 
 KEY = "sk-ant-e2e-SECRET"
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
@@ -196,3 +199,29 @@ def test_retry_after_is_honoured_before_the_retry(sse_server: SSEServer, workdir
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
     assert len(sse_server.requests) == 2
+
+
+def test_max_tokens_stop_ends_the_turn_max_tokens_and_exits_1(sse_server: SSEServer, workdir: Path) -> None:
+    sse_server.push(reply([text("cut sh")], stop="max_tokens"))
+    result = run_dsh(["run", "hi", "--model", MODEL], workdir, **env(sse_server))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith('dsh: turn ended "max-tokens"')
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_stream_closes_it_and_the_turn_ends_aborted(sse_server: SSEServer, workdir: Path) -> None:
+    sse_server.push(reply([text(*["word "] * 200)], delay=0.1))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsh", "run", "hi", "--model", MODEL, "--output-format", "stream-json"],
+        cwd=workdir, env=dsh_env(**env(sse_server)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # wait until the reply streams
+        if '"text-delta"' in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=30) == 130
+    last = json.loads(rest.splitlines()[-1])
+    assert last["type"] == "turn/end" and last["data"]["reason"]["kind"] == "aborted"
+    assert sse_server.wait_for_disconnect(0, timeout=10) is not None  # the HTTP stream was closed
