@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from anthropic_server import error, redacted, reply, text, thinking, tool_use
 from sse_server import Reply, SSEServer
-from tests.apps.conftest import dsh_env, run_dsh, session_files
+from tests.apps.conftest import default_root, dsh_env, run_dsh, session_files
 
 KEY = "sk-ant-e2e-SECRET"
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
@@ -225,3 +225,37 @@ def test_sigterm_during_the_stream_closes_it_and_the_turn_ends_aborted(sse_serve
     last = json.loads(rest.splitlines()[-1])
     assert last["type"] == "turn/end" and last["data"]["reason"]["kind"] == "aborted"
     assert sse_server.wait_for_disconnect(0, timeout=10) is not None  # the HTTP stream was closed
+
+
+def test_the_api_key_never_leaves_the_request_even_when_the_server_echoes_it(
+    sse_server: SSEServer, workdir: Path
+) -> None:
+    sse_server.push(error(401, "authentication_error", f"invalid x-api-key {KEY}"))
+    result = run_dsh(["--debug", "run", "hi", "--model", MODEL], workdir, **env(sse_server))
+    assert result.returncode == 1
+    assert KEY in json.dumps(dict(sse_server.requests[0].headers))  # it was sent (not vacuous)
+    assert KEY not in result.stdout + result.stderr
+    assert "invalid x-api-key [redacted]" in result.stderr
+    for path in (p for base in (workdir, default_root()) for p in base.rglob("*") if p.is_file()):
+        assert KEY.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize(
+    ("events", "cause"),
+    [
+        (['event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}\n\n'],
+         "the model reported an error: Overloaded"),
+        (["event: message_start\ndata: {not json\n\n"], "malformed"),
+    ],
+    ids=["overloaded-event", "bad-json"],
+)
+def test_a_hostile_or_failing_stream_is_one_line_and_exit_1(
+    sse_server: SSEServer, workdir: Path, events: list[str], cause: str
+) -> None:
+    start = reply([text("partial")]).events[:3]  # message_start, ping, content_block_start
+    sse_server.push(Reply(kind="sse", events=[*start, *(e.encode() for e in events)], done=False))
+    result = run_dsh(["run", "hi", "--model", MODEL], workdir, **env(sse_server))
+    assert result.returncode == 1, result.stdout
+    assert "Traceback" not in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f'dsh: agent "main": turn 1 step 1 failed: {sse_server.base_url}: ') and cause in line, line
