@@ -3,8 +3,8 @@
 Owns :func:`pumped`: the consumer side of an adapter whose ``pump(emit)`` coroutine reads the
 provider's stream and emits dsh chunks. An aborted ``signal`` cancels the pump task at once (its
 ``finally`` closes the HTTP stream, even when the server is silent) and the iterator ends with
-finish ``{kind:'aborted'}``; the pump's own failure is raised to the consumer. The
-``anthropic-llm`` adapter uses it.
+finish ``{kind:'aborted'}``; the pump's own failure is raised to the consumer. Both HTTP
+adapters (``openai-llm``, ``anthropic-llm``) use it.
 """
 
 from __future__ import annotations
