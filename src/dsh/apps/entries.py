@@ -1,6 +1,7 @@
 """What the command-line flags select: ``dsh chat``'s plugin entries, and the session store.
 
-Owns the built-in default composition (``mock-echo`` or ``openai-llm``, ``echo-tool``, the
+Owns the built-in default composition (``mock-echo``, or the model plugin a ``provider:model``
+name picks through :mod:`dsh.llm.providers`, else ``openai-llm``; ``echo-tool``, the
 workspace tools, MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, JSONL
 sessions under ``$DSH_HOME/sessions``, ``stdio-app``), the overrides flags apply to a
 ``--config`` composition (``--model``, ``--root``, ``--store``, ``--system``, ``--resume``,
