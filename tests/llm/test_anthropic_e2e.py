@@ -139,7 +139,8 @@ def test_tool_loop_with_thinking_signatures_cache_and_rebuilt_requests(
     assert "[system] " in shown.stdout and "⚑ cache" in shown.stdout.split("[system] ")[1].splitlines()[0]
     # The session transcript shows the cache hits from the logged usage.
     show = run_dsh(["sessions", "show", session_id], workdir)
-    assert "cache hits 1200" in show.stdout
+    # Turn 1: 30 + 40 uncached, 1200 read, 1200 + 60 written: 1200 of 2530.
+    assert "tokens in/out 70/18 · cache hits 1200 (47% of input)" in show.stdout, show.stdout
 
 
 @pytest.mark.slow
