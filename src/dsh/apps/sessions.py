@@ -208,7 +208,9 @@ def _turn_facts(model: str | None, usage: dict[str, int]) -> str:
     if usage:
         parts.append(f"tokens in/out {usage.get('inputTokens', 0)}/{usage.get('outputTokens', 0)}")
         if usage.get("cacheReadTokens"):
-            parts.append(f"cache hits {usage['cacheReadTokens']}")
+            hits = usage["cacheReadTokens"]
+            total = usage.get("inputTokens", 0) + hits + usage.get("cacheWriteTokens", 0)
+            parts.append(f"cache hits {hits} ({hits * 100 // total}% of input)")
         if usage.get("reasoningTokens"):
             parts.append(f"reasoning {usage['reasoningTokens']}")
     return "".join(f" · {p}" for p in parts)

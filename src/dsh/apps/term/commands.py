@@ -18,6 +18,7 @@ from prompt_toolkit.document import Document
 from dsh.apps.escape import escape_controls
 from dsh.apps.term.host import TerminalApp
 from dsh.apps.term.view import usage_line
+from dsh.llm import catalog
 from dsh.llm.service import LLM
 
 COMMANDS: dict[str, str] = {
@@ -61,7 +62,9 @@ class SlashCompleter(Completer):
             return
         command, _, arg = text.partition(" ")
         if command == "/model":
-            options: list[str] = list(self._ui.app.ctx.require(LLM).models())
+            # What is served here first, then the catalog's provider:model names.
+            served = list(self._ui.app.ctx.require(LLM).models())
+            options: list[str] = served + [n for n in catalog.names() if n not in served]
         elif command == "/resume":
             options = list(self._ui.recent)
         else:
@@ -99,11 +102,14 @@ async def run(ui: UI, line: str) -> None:
         if not arg:
             ui.say(f"model: {app.agent.options.model} (served here: {', '.join(app.ctx.require(LLM).models())})")
             return
-        problem = app.switch_model(arg)
+        problem = await app.serve_model(arg) or app.switch_model(arg)
         if problem:
             ui.error(problem)
         else:
             ui.say(f"model: {arg} from the next request")
+            note = catalog.unknown_note(arg)
+            if note:
+                ui.say(note)
     elif command == "/clear":
         old = app.session_id
         await app.new_session()

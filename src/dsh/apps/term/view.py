@@ -52,11 +52,19 @@ class Style:
 
 
 def usage_line(model: str | None, turn: Any, usages: Sequence[dict[str, Any]], seconds: float | None) -> str:
-    """``mock-echo · turn 2 · 20 in · 31 out · 0 cached · 1.4s`` from the turn's logged usage."""
+    """``mock-echo · turn 2 · 20 in · 31 out · 0 cached · 1.4s`` from the turn's logged usage.
+
+    ``in`` is the uncached input (usage is disjoint); with cache hits the share of all input
+    served from the cache follows: ``900 cached (82% of input)``, where all input is uncached +
+    cache reads + cache writes, as every provider bills it.
+    """
     tokens_in = sum(int(u.get("inputTokens") or 0) for u in usages)
     tokens_out = sum(int(u.get("outputTokens") or 0) for u in usages)
     cached = sum(int(u.get("cacheReadTokens") or 0) for u in usages)
-    parts = [model or "?", f"turn {turn}", f"{tokens_in} in", f"{tokens_out} out", f"{cached} cached"]
+    written = sum(int(u.get("cacheWriteTokens") or 0) for u in usages)
+    total = tokens_in + cached + written
+    hits = f"{cached} cached ({cached * 100 // total}% of input)" if cached and total else f"{cached} cached"
+    parts = [model or "?", f"turn {turn}", f"{tokens_in} in", f"{tokens_out} out", hits]
     if seconds is not None:
         parts.append(f"{seconds:.1f}s")
     return " · ".join(parts)
