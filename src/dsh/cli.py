@@ -31,7 +31,7 @@ from dsh.apps.escape import escape_controls
 from dsh.apps.store_check import StoreUnwritable
 from dsh.compose import APP_NAMES, DEFAULT_ROOT, ECHO_MODEL, STORE_NAMES
 from dsh.errors import UsageError
-from dsh.persistence.base import StoreError
+from dsh.persistence.base import StoreError, StoreUnavailable
 from dsh.runtime import ConfigError
 from dsh.runtime.loader import LoadError
 
@@ -268,12 +268,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
             return status
         except LoadError as exc:
-            # A store refusing a session (not found, corrupt, locked) is a runtime failure,
-            # even when it surfaces while the composition loads.
+            # A store that cannot be reached at start-up is a configuration mistake (exit 2), like
+            # a SQLite file that is not a database; a store refusing a session (not found,
+            # corrupt, locked) is a runtime failure, even when it surfaces while loading.
+            if isinstance(exc.__cause__, (StoreUnwritable, StoreUnavailable)):
+                raise UsageError(str(exc.__cause__)) from None
             if isinstance(exc.__cause__, StoreError):
                 raise exc.__cause__ from None
-            if isinstance(exc.__cause__, StoreUnwritable):
-                raise UsageError(str(exc.__cause__)) from None
             raise
     except (UsageError, LoadError, ConfigError, msgspec.ValidationError, session_ids.AmbiguousId) as exc:
         if debug:

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from dsh.apps.home import default_root
+from dsh.apps.store_check import database_reason
 from dsh.compose import APP_NAMES, ECHO_MODEL, STORE_NAMES, resolve_entry_paths
 from dsh.compose import open_store as open_store_by_options
 from dsh.errors import UsageError
@@ -206,4 +207,9 @@ async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
         config=getattr(args, "config", None),
         check=lambda kind, mounted: check_store_flags(kind, args, mounted=mounted),
     )
+    # A --sqlite file that is not a usable database: one line, exit 2, as for dsh chat.
+    reason = database_reason(opened.store)
+    if reason is not None:
+        await opened.ctx.dispose()
+        raise UsageError(reason)
     return opened.store, opened.ctx
