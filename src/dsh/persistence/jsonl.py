@@ -91,6 +91,8 @@ class _ParsedLog(Parsed):
     raw: bytes
     starts: Callable[[], array[int]]
     """Where each preserved event line starts, then ``kept_end`` (computed on demand)."""
+    stamp: tuple[int, int] = (0, 0)
+    """``(st_mtime_ns, st_ctime_ns)`` of the file while ``raw`` was read (0s if it changed)."""
 
 
 class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
@@ -160,7 +162,13 @@ class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
     def _parse(self, session_id: str, *, repair: bool) -> _ParsedLog:
         path = self._find_one(session_id)
         with open(path, "rb") as file:
+            before = os.fstat(file.fileno())
             raw = file.read()
+            after = os.fstat(file.fileno())
+        # What the foreign-writer check starts from (see OpenLog.check_unchanged).
+        stamp = (after.st_mtime_ns, after.st_ctime_ns)
+        if stamp != (before.st_mtime_ns, before.st_ctime_ns) or after.st_size != len(raw):
+            stamp = (0, 0)
         header, header_end = split_header(raw, path)
         check_header(header, session_id, path)
         found = read_fold(path + _FOLD_SUFFIX, raw, header_end)
@@ -180,6 +188,7 @@ class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
             kept_end=scan.kept_end,
             raw=raw,
             starts=scan.starts,
+            stamp=stamp,
         )
 
     def _fix_tail(self, session_id: str, parsed: _ParsedLog, lock: WriterLock) -> OpenLog:
@@ -192,6 +201,8 @@ class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
             kept_end=parsed.kept_end,
             torn=parsed.torn_bytes > 0,
             closers=_closer_bytes(parsed.closers),
+            raw=parsed.raw,
+            stamp=parsed.stamp,
         )
 
     def _fold_writer(self, session_id: str, parsed: _ParsedLog) -> Callable[[], None]:
