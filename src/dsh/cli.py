@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -27,7 +28,7 @@ from dsh.apps.entries import (
     default_entries,
     open_store,
 )
-from dsh.apps.escape import escape_controls
+from dsh.apps.escape import escape_controls, guard_stdio
 from dsh.apps.store_check import StoreUnwritable
 from dsh.compose import APP_NAMES, DEFAULT_ROOT, ECHO_MODEL, STORE_NAMES
 from dsh.errors import UsageError
@@ -226,6 +227,22 @@ def _command(name: str) -> Command:
     return lambda args: reminders.run_command(args, reminders.CliHost(open_store, default_entries, ECHO_MODEL))
 
 
+def _terminal_guard(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """What every command prints to a terminal goes through the one sanitiser
+    (:func:`dsh.apps.escape.guard_stdio`), except where dsh draws styles of its own and escapes
+    what it shows itself: ``dsh chat``, ``dsh acp`` (a protocol stream) and the timeline of
+    ``dsh sessions show``."""
+    command, action = args.command, getattr(args, "action", None)
+    if command in ("chat", "acp") or (command == "sessions" and action == "show" and not args.json):
+        return contextlib.nullcontext()
+    json_out = (
+        bool(getattr(args, "json", False))
+        or getattr(args, "output_format", "text") != "text"
+        or (command == "sessions" and action == "export")
+    )
+    return guard_stdio(json=json_out)
+
+
 # -- errors ----------------------------------------------------------------------------------
 
 
@@ -264,8 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         runner = _command(args.command)
         try:
-            status = asyncio.run(runner(args))
-            sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
+            with _terminal_guard(args):
+                status = asyncio.run(runner(args))
+                sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
             return status
         except LoadError as exc:
             # A store that cannot be reached at start-up is a configuration mistake (exit 2), like

@@ -24,7 +24,7 @@ from rich.cells import cell_len, get_character_cell_size
 
 from dsh import _json, _zones
 from dsh.apps import list_facts, requests_view, tool_view
-from dsh.apps.escape import escape_controls
+from dsh.apps.escape import escape_controls, escape_json
 from dsh.apps.list_facts import text_of as _text
 from dsh.apps.requests_view import rebuild_requests
 from dsh.errors import UsageError
@@ -327,6 +327,10 @@ async def export(store: SessionStore, args: argparse.Namespace) -> int:
         fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+    elif sys.stdout.isatty():
+        # To a terminal the log is shown, not obeyed (JSON escapes: still the same log).
+        sys.stdout.write(escape_json(data.decode("utf-8", "replace")))
+        sys.stdout.flush()
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
