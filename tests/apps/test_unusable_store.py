@@ -125,7 +125,10 @@ def test_unreachable_postgres_is_refused_before_ready(workdir: Path) -> None:
     assert "pw-secret" not in line
 
 
-@pytest.mark.parametrize("command", [["sessions", "list"], ["reminders", "list"], ["reminders", "run", "--once"]])
+@pytest.mark.parametrize(
+    "command",
+    [["sessions", "list"], ["reminders", "list"], ["reminders", "run", "--once"], ["run", "hello"], ["acp"]],
+)
 def test_other_commands_refuse_a_file_that_is_not_a_database(workdir: Path, command: list[str]) -> None:
     _text(workdir / "notes.db")
     out = run_dsh([*command, "--store", "sqlite", "--sqlite", "notes.db"], workdir)
