@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -29,11 +30,11 @@ from dsh.apps.entries import (
     default_entries,
     open_store,
 )
-from dsh.apps.escape import escape_controls
+from dsh.apps.escape import escape_controls, guard_stdio
 from dsh.apps.store_check import StoreUnwritable
 from dsh.compose import APP_NAMES, DEFAULT_ROOT, ECHO_MODEL, STORE_NAMES
 from dsh.errors import UsageError
-from dsh.persistence.base import StoreError
+from dsh.persistence.base import StoreError, StoreUnavailable
 from dsh.runtime import ConfigError
 from dsh.runtime.loader import LoadError
 
@@ -247,6 +248,22 @@ def _command(name: str) -> Command:
     return lambda args: reminders.run_command(args, reminders.CliHost(open_store, default_entries, ECHO_MODEL))
 
 
+def _terminal_guard(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """What every command prints to a terminal goes through the one sanitiser
+    (:func:`dsh.apps.escape.guard_stdio`), except where dsh draws styles of its own and escapes
+    what it shows itself: ``dsh chat``, ``dsh acp`` (a protocol stream) and the timeline of
+    ``dsh sessions show``."""
+    command, action = args.command, getattr(args, "action", None)
+    if command in ("chat", "acp") or (command == "sessions" and action == "show" and not args.json):
+        return contextlib.nullcontext()
+    json_out = (
+        bool(getattr(args, "json", False))
+        or getattr(args, "output_format", "text") != "text"
+        or (command == "sessions" and action == "export")
+    )
+    return guard_stdio(json=json_out)
+
+
 # -- errors ----------------------------------------------------------------------------------
 
 
@@ -298,16 +315,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         _change_folder(getattr(args, "cd", None))
         runner = _command(args.command)
         try:
-            status = asyncio.run(runner(args))
-            sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
+            with _terminal_guard(args):
+                status = asyncio.run(runner(args))
+                sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
             return status
         except LoadError as exc:
-            # A store refusing a session (not found, corrupt, locked) is a runtime failure,
-            # even when it surfaces while the composition loads.
+            # A store that cannot be reached at start-up is a configuration mistake (exit 2), like
+            # a SQLite file that is not a database; a store refusing a session (not found,
+            # corrupt, locked) is a runtime failure, even when it surfaces while loading.
+            if isinstance(exc.__cause__, (StoreUnwritable, StoreUnavailable)):
+                raise UsageError(str(exc.__cause__)) from None
             if isinstance(exc.__cause__, StoreError):
                 raise exc.__cause__ from None
-            if isinstance(exc.__cause__, StoreUnwritable):
-                raise UsageError(str(exc.__cause__)) from None
             if isinstance(exc.__cause__, UsageError):
                 raise exc.__cause__ from None  # its own line (a refused workspace), not the entry's
             raise

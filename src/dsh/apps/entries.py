@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from dsh.apps.home import default_root
+from dsh.apps.store_check import database_reason
 from dsh.compose import (
     APP_NAMES,
     DEFAULT_TIME_CONTEXT,
@@ -223,4 +224,9 @@ async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
         config=getattr(args, "config", None),
         check=lambda kind, mounted: check_store_flags(kind, args, mounted=mounted),
     )
+    # A --sqlite file that is not a usable database: one line, exit 2, as for dsh chat.
+    reason = database_reason(opened.store)
+    if reason is not None:
+        await opened.ctx.dispose()
+        raise UsageError(reason)
     return opened.store, opened.ctx

@@ -40,7 +40,9 @@ from typing import Protocol
 from dsh import _clock
 from dsh.apps import workspace_choice
 from dsh.apps.escape import escape_controls
+from dsh.apps.store_check import unwritable_reason
 from dsh.compose import choose_store
+from dsh.errors import UsageError
 from dsh.persistence.base import SESSION_STORE, SessionLocked, SessionStore, StoreError
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_plugins
@@ -111,6 +113,10 @@ async def mount_worker(ctx: Context, args: argparse.Namespace, host: CliHost) ->
     entries.append(PluginEntry("schedule", "schedule", {"live": False}))
     store, base = store_entry(args)
     await load_plugins(ctx, [store, *entries], base_dir=base)
+    # Before any reminder's turn (and its tools) runs: a store it cannot write would lose it.
+    reason = unwritable_reason(ctx.require(SESSION_STORE))
+    if reason is not None:
+        raise UsageError(reason)
     await ctx.plugin(loop_plugin)
 
 

@@ -334,7 +334,7 @@ class TerminalUI:
                 handler.setStream(stream)
                 handler.removeFilter(filter_)
         if app.agent.session.last_turn:
-            print(f"resume with: dsh chat --resume {app.session_id}", file=saved[0], flush=True)
+            print(f"resume with: dsh chat --resume {escape_controls(app.session_id)}", file=saved[0], flush=True)
 
 
 async def run_terminal(app: TerminalApp, stdout: TextIO) -> None:
