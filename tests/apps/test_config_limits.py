@@ -16,6 +16,8 @@ import pytest
 from dsh.runtime.plugin_list import MAX_CONFIG_BYTES, MAX_NODES, LoadError, load_config_file
 from tests.apps.conftest import dsh_env, run_dsh
 
+pytestmark = pytest.mark.attack
+
 ADDRESS_SPACE = 1 << 30  # far below what parsing a 30 MB YAML took (1.3 GB resident)
 
 

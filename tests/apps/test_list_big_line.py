@@ -18,6 +18,8 @@ from dsh.persistence.jsonl import JsonlStore
 from dsh.session import Session
 from tests.apps.conftest import dsh_env
 
+pytestmark = pytest.mark.attack
+
 USER = {"kind": "user"}
 ADDRESS_SPACE = 512 << 20
 BIG = 200 << 20

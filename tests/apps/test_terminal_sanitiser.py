@@ -24,6 +24,8 @@ import pytest
 from tests.apps.conftest import dsh_env, run_dsh
 from tests.llm.sse_server import Reply, SSEServer, chunk
 
+pytestmark = pytest.mark.attack
+
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 HOSTILE = (

@@ -16,7 +16,7 @@ from dsh.tools.workspace.sandbox import bwrap_status
 from tests.apps.conftest import run_dsh
 from tests.llm.sse_server import Reply, SSEServer, chunk
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.attack, pytest.mark.slow]
 
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 

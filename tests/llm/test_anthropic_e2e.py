@@ -228,6 +228,7 @@ def test_sigterm_during_the_stream_closes_it_and_the_turn_ends_aborted(sse_serve
     assert sse_server.wait_for_disconnect(0, timeout=10) is not None  # the HTTP stream was closed
 
 
+@pytest.mark.attack
 def test_the_api_key_never_leaves_the_request_even_when_the_server_echoes_it(
     sse_server: SSEServer, workdir: Path
 ) -> None:
@@ -250,6 +251,7 @@ def test_the_api_key_never_leaves_the_request_even_when_the_server_echoes_it(
     ],
     ids=["overloaded-event", "bad-json"],
 )
+@pytest.mark.attack
 def test_a_hostile_or_failing_stream_is_one_line_and_exit_1(
     sse_server: SSEServer, workdir: Path, events: list[str], cause: str
 ) -> None:

@@ -232,6 +232,7 @@ def _flip(raw: bytes, at: int) -> bytes:
     return raw[:at] + (letter.swapcase() if letter.lower() != letter.upper() else b"x") + raw[at + 1 :]
 
 
+@pytest.mark.attack
 @pytest.mark.slow
 @pytest.mark.parametrize("where", ["header", "an earlier line", "the last line"])
 def test_dsh_chat_notices_a_same_size_rewrite(tmp_path: Path, where: str) -> None:

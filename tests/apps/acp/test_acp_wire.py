@@ -13,6 +13,8 @@ import pytest
 
 from tests.apps.conftest import dsh_env
 
+pytestmark = pytest.mark.attack
+
 
 @pytest.mark.slow
 def test_bad_input_gets_errors_and_the_process_keeps_serving(tmp_path: Path) -> None:
