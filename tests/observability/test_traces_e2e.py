@@ -161,6 +161,7 @@ def test_collector_down_the_run_succeeds_with_one_warning(workdir: Path) -> None
     assert lines[0].startswith(f"dsh: telemetry: cannot export to {url}/v1/"), lines
 
 
+@pytest.mark.slow
 def test_trace_replay_to_a_collector_that_is_down_fails_in_one_line(workdir: Path) -> None:
     made = run_dsh(["run", "hi"], workdir)
     assert made.returncode == 0, made.stderr
@@ -171,6 +172,7 @@ def test_trace_replay_to_a_collector_that_is_down_fails_in_one_line(workdir: Pat
     assert result.stderr == f"dsh: could not send the trace to {url}/v1/traces\n"
 
 
+@pytest.mark.slow
 def test_trace_needs_a_destination(workdir: Path) -> None:
     made = run_dsh(["run", "hi"], workdir)
     [log] = session_files(workdir)

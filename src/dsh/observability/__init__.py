@@ -10,41 +10,6 @@ This module itself only reads the environment: ``import dsh`` never imports Open
 
 from __future__ import annotations
 
-import importlib.util
-import logging
-import os
+from dsh.observability.env import CONTENT_ENV, enabled_by_env, env_flag
 
-__all__ = ["CONTENT_ENV", "enabled_by_env", "env_flag", "maybe_mount"]
-
-CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-_ENDPOINT_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-
-log = logging.getLogger("dsh.telemetry")
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def enabled_by_env() -> bool:
-    """Tracing is on when an OTLP endpoint variable is set, unless ``OTEL_SDK_DISABLED=true``
-    or ``OTEL_TRACES_EXPORTER=none``."""
-    if env_flag("OTEL_SDK_DISABLED") or os.environ.get("OTEL_TRACES_EXPORTER", "").strip() == "none":
-        return False
-    return any(os.environ.get(name, "").strip() for name in _ENDPOINT_ENV)
-
-
-async def maybe_mount(ctx: object) -> None:
-    """Mount the ``telemetry`` plugin on ``ctx`` when the environment asks for tracing and the
-    composition does not mount it already. Without the extra: one warning line, no tracing."""
-    from dsh.runtime import Context
-
-    assert isinstance(ctx, Context)
-    if ctx.has("telemetry") or not enabled_by_env():
-        return
-    if importlib.util.find_spec("opentelemetry.sdk") is None:
-        log.warning("telemetry: OTEL_EXPORTER_OTLP_ENDPOINT is set but dsh[otel] is not installed; no traces")
-        return
-    from dsh.observability import plugin
-
-    await ctx.plugin(plugin, {})
+__all__ = ["CONTENT_ENV", "enabled_by_env", "env_flag"]

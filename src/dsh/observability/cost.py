@@ -17,7 +17,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["call_cost", "call_cost_usd", "events_cost", "format_usd", "provider_of", "usage_cost"]
+__all__ = ["call_cost", "call_cost_usd", "events_cost", "format_usd", "prewarm", "provider_of", "usage_cost"]
 
 # gen_ai.provider.name when neither the name nor the price table says who serves a model.
 OTHER_PROVIDER = "_OTHER"
@@ -41,6 +41,20 @@ def provider_of(model: str) -> str:
         return str(data_snapshot.get_snapshot().find_provider(name.lower(), None, None).id)
     except (LookupError, ImportError, AttributeError, TypeError):
         return OTHER_PROVIDER
+
+
+_prewarmed = False
+
+
+def prewarm() -> None:
+    """Load the price table in a daemon thread (once), so the first priced line does not wait."""
+    global _prewarmed
+    if _prewarmed:
+        return
+    _prewarmed = True
+    import threading
+
+    threading.Thread(target=lambda: provider_of("gpt-4o"), name="dsh-prices", daemon=True).start()
 
 
 def _int(usage: Mapping[str, object], key: str) -> int:
