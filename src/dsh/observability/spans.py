@@ -155,7 +155,9 @@ class SessionTracer:
         self.turn_costs = []
 
     def _user_message(self, at: int, data: Mapping[str, object]) -> None:
-        if self.capture_content and self.turn is not None:
+        source = data.get("source")
+        from_user = isinstance(source, dict) and source.get("kind") == "user"
+        if self.capture_content and self.turn is not None and from_user and "gen_ai.input.messages" not in self.turn.attributes:
             message = {"role": "user", "parts": [{"type": "text", "content": _text(data.get("content"))}]}
             self.turn.attributes["gen_ai.input.messages"] = json.dumps([message], ensure_ascii=False)
 
