@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.apps.conftest import run_dsh, session_files
 from tests.llm.sse_server import Reply, SSEServer, chunk
 from tests.observability.otlp_receiver import OtlpReceiver, Span
