@@ -64,10 +64,26 @@ def _int(usage: Mapping[str, object], key: str) -> int:
 
 def call_cost(model: str, usage: Mapping[str, object], *, at_ms: int | None = None) -> Decimal | None:
     """The USD cost of one model call, or ``None`` for a model the price table does not know."""
-    if not model:
+    if not model or not _priced(model):
         return None
     return _cost(model, _int(usage, "inputTokens"), _int(usage, "outputTokens"),
                  _int(usage, "cacheReadTokens"), _int(usage, "cacheWriteTokens"), at_ms)
+
+
+@lru_cache(maxsize=256)
+def _priced(model: str) -> bool:
+    """Whether the price table has the model at all (cached: the common unknown model, a
+    local or mock one, then costs one dict lookup a call)."""
+    try:
+        from genai_prices import data_snapshot
+    except ImportError:  # pragma: no cover - a declared dependency
+        return False
+    provider, name = _split(model)
+    try:
+        data_snapshot.get_snapshot().find_provider_model(name, None, provider, None)
+    except LookupError:
+        return False
+    return True
 
 
 @lru_cache(maxsize=4096)

@@ -21,6 +21,7 @@ import logging
 import os
 from collections.abc import Mapping
 
+from dsh.observability.cost import prewarm
 from dsh.observability.env import CONTENT_ENV, enabled_by_env, env_flag
 from dsh.observability.spans import SessionTracer
 from dsh.runtime import ConfigError, Context, ServiceKey
@@ -78,6 +79,7 @@ class Telemetry:
             metric_interval_ms=config.metric_interval_ms,
         )
         self.sink = self.pipeline.sink()
+        prewarm()  # the price table loads off the event loop, before the first model call ends
         self.tracers: dict[str, SessionTracer] = {}
         self._metrics = _Metrics(self.pipeline.meter_provider) if self.pipeline.meter_provider else None
 
