@@ -25,7 +25,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import agent_loop, append, pg_append, prestep_depth, resume, startup, store_lag, telemetry
+from bench import (
+    agent_loop,
+    append,
+    pg_append,
+    prestep_depth,
+    resume,
+    startup,
+    store_lag,
+    telemetry,
+)
 from bench._util import machine
 
 Runner = Callable[[bool], dict[str, Any]]

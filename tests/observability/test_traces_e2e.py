@@ -179,3 +179,44 @@ def test_trace_needs_a_destination(workdir: Path) -> None:
     result = run_dsh(["sessions", "trace", log.stem], workdir)
     assert made.returncode == 0 and result.returncode == 2
     assert result.stderr.startswith("dsh: dsh sessions trace: give --otlp URL")
+
+
+@pytest.mark.perf
+def test_a_collector_that_never_answers_delays_the_exit_by_the_shutdown_bound_only(workdir: Path) -> None:
+    import threading
+    import time
+
+    held: list[socket.socket] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+
+        def accept() -> None:  # accept every connection, read nothing, answer nothing
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                held.append(conn)
+
+        threading.Thread(target=accept, daemon=True).start()
+        url = f"http://127.0.0.1:{port}"
+        baseline = time.monotonic()
+        plain = run_dsh(["run", "echo hi"], workdir)
+        untraced = time.monotonic() - baseline
+        started = time.monotonic()
+        # The exporter would wait 60 s for an answer; dsh must not.
+        result = run_dsh(["run", "echo hi"], workdir, OTEL_EXPORTER_OTLP_ENDPOINT=url, OTEL_EXPORTER_OTLP_TIMEOUT="60", **NO_PROXY)
+        traced = time.monotonic() - started
+    for conn in held:
+        conn.close()
+    assert plain.returncode == 0 and result.returncode == 0, result.stderr
+    assert result.stdout == "The echo tool has spoken.\n"
+    assert result.stderr.splitlines() == [
+        f"dsh: telemetry: cannot export to {url}/v1/traces (no answer within 2000 ms); traces and metrics are dropped"
+    ]
+    assert held, "the exporter never connected: the test would prove nothing"
+    # dsh waits 2 s (shutdownTimeoutMs) and half a second more; loading the SDK costs a little
+    # too. Without the bound the exit would wait for the exporter's 60 s.
+    assert traced - untraced < 20, (traced, untraced)

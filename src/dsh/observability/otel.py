@@ -187,17 +187,27 @@ class Pipeline:
         return OtelSink(self.tracer_provider.get_tracer(SCOPE))
 
     def shutdown(self, timeout_ms: int) -> None:
-        """Flush for at most ``timeout_ms``, then stop: a collector that is down costs the
-        process at most that long at exit, and its exporter's retries are cut short."""
-        self.tracer_provider.force_flush(timeout_ms)
-        if self.meter_provider is not None:
-            self.meter_provider.force_flush(timeout_ms)
-        for exporter in self.exporters:
-            exporter.closing = True
-            exporter.inner.shutdown()  # aborts a retry still waiting
-        self.tracer_provider.shutdown()
-        if self.meter_provider is not None:
-            self.meter_provider.shutdown(timeout_millis=timeout_ms)
+        """Flush for at most ``timeout_ms``, then stop: a collector that is down or never answers
+        costs the process at most about that long at exit. The SDK's own shutdown (which joins
+        an exporter blocked on the network) runs in a daemon thread that is waited for no
+        longer; the exporters' retries are cut short."""
+        done = threading.Event()
+
+        def stop() -> None:
+            self.tracer_provider.force_flush(timeout_ms)
+            if self.meter_provider is not None:
+                self.meter_provider.force_flush(timeout_ms)
+            for exporter in self.exporters:
+                exporter.closing = True
+                exporter.inner.shutdown()  # aborts a retry still waiting
+            self.tracer_provider.shutdown()
+            if self.meter_provider is not None:
+                self.meter_provider.shutdown(timeout_millis=timeout_ms)
+            done.set()
+
+        threading.Thread(target=stop, name="dsh-telemetry-shutdown", daemon=True).start()
+        if not done.wait(timeout_ms / 1000 + 0.5) and self.guarded is not None:
+            self.guarded._failed(f"no answer within {timeout_ms} ms")
 
 
 def _resource(service_name: str | None) -> Resource:
@@ -236,7 +246,8 @@ def pipeline(
     traces_url = signal_url(endpoint, "traces") if endpoint else None
     exporter = OTLPSpanExporter(endpoint=traces_url, headers=dict(headers) if headers else None)
     guarded = _Guarded(exporter, traces_url or exporter._endpoint, warn)
-    provider = TracerProvider(resource=resource)
+    # No atexit hooks: Pipeline.shutdown bounds the exit; the SDK's hook would join a blocked export.
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(guarded) if batch else SimpleSpanProcessor(guarded))
     exporters: list[_Guarded | _GuardedMetrics] = [guarded]
     meter_provider = None
@@ -245,7 +256,7 @@ def pipeline(
         metric_exporter = OTLPMetricExporter(endpoint=metrics_url, headers=dict(headers) if headers else None)
         guarded_metrics = _GuardedMetrics(metric_exporter, metrics_url or metric_exporter._endpoint)
         reader = PeriodicExportingMetricReader(guarded_metrics, export_interval_millis=metric_interval_ms)
-        meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+        meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
         exporters.append(guarded_metrics)
     return Pipeline(provider, exporters, meter_provider, guarded=guarded)
 
@@ -253,7 +264,7 @@ def pipeline(
 def memory_pipeline(service_name: str | None = None) -> Pipeline:
     """Spans kept in memory (``dsh sessions trace --json``)."""
     memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=_resource(service_name))
+    provider = TracerProvider(resource=_resource(service_name), shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(memory))
     return Pipeline(provider, [], None, memory)
 
