@@ -10,7 +10,10 @@ that reads each request body and answers 200). Each turn makes 4 spans (``invoke
 turns. Full run: 3 rounds of off/on, medians; ``quick``: 1 round of 300 turns. Reported:
 ``ms_per_step_off``, ``ms_per_step_on``, ``overhead_ms_per_step`` (on − off),
 ``overhead_ratio`` (on ÷ off) and the spans and bytes the receiver got (``spans_expected``:
-4 per turn; fewer would mean the bounded queue dropped some).
+4 per turn; fewer would mean the bounded queue dropped some). Because wall time on a shared
+machine moves with its neighbours, ``loop_thread_cpu_ms_per_step`` measures the part that runs
+on the event loop alone: the events of a recorded 100-turn run replayed through the same
+derivation and SDK spans (10 times, 3 rounds, median), in CPU time of the feeding thread.
 """
 
 from __future__ import annotations
@@ -78,6 +81,30 @@ def _spans(url: str) -> tuple[Any, list[int]]:
     return mount, counted
 
 
+def _loop_thread_cost(url: str, events: list[Any], repeats: int) -> float:
+    """CPU time (``time.thread_time``) the event loop's thread spends per step deriving and
+    starting/ending SDK spans, over ``repeats`` replays of one recorded session's events: the
+    part of tracing that runs on the loop, measured apart from the export thread and from
+    whatever else the shared machine runs."""
+    import time
+
+    from dsh.observability import otel
+    from dsh.observability.spans import SessionTracer
+
+    pipeline = otel.pipeline(url, metrics=False)
+    sink = pipeline.sink()
+    steps = sum(1 for e in events if e.type == "step/start") * repeats
+    start = time.thread_time()
+    for index in range(repeats):
+        tracer = SessionTracer(f"bench-session-{index}", sink)
+        for event in events:
+            tracer.feed(event.type, event.time, event.data)
+        tracer.close()
+    spent = time.thread_time() - start
+    pipeline.shutdown(5000)
+    return spent / steps * 1000
+
+
 def run(quick: bool) -> dict[str, Any]:
     turns = 300 if quick else agent_loop.TURNS
     receiver = _Receiver()
@@ -92,6 +119,14 @@ def run(quick: bool) -> dict[str, Any]:
             with scratch_dir("loop-on") as root:
                 on.append(asyncio.run(agent_loop._measure(root, turns, mount))["ms_per_step"])
             spans.extend(counted)
+        recorded: list[Any] = []
+
+        async def record(ctx: Context) -> None:
+            ctx.on("session/event", lambda _session, event: recorded.append(event))
+
+        with scratch_dir("loop-rec") as root:
+            asyncio.run(agent_loop._measure(root, 100, record))
+        loop_ms = median([_loop_thread_cost(receiver.url, recorded, 3 if quick else 10) for _ in range(3)])
     finally:
         receiver.close()
     ms_off, ms_on = median(off), median(on)
@@ -100,6 +135,7 @@ def run(quick: bool) -> dict[str, Any]:
         "ms_per_step_on": round(ms_on, 4),
         "overhead_ms_per_step": round(ms_on - ms_off, 4),
         "overhead_ratio": round(ms_on / ms_off, 3),
+        "loop_thread_cpu_ms_per_step": round(loop_ms, 4),
         "runs_off": off,
         "runs_on": on,
         "turns": turns,

@@ -70,33 +70,56 @@ def signal_url(base: str, signal: str) -> str:
 
 
 class OtelSink:
-    """A :class:`~dsh.observability.spans.SpanSink` creating SDK spans on ``tracer``."""
+    """A :class:`~dsh.observability.spans.SpanSink` creating SDK spans on ``tracer``.
+
+    The attributes known when a span opens go to ``start_span`` (samplers see them); at its end
+    only what was added or changed since is set, since the SDK re-validates every value set.
+    """
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
 
     def start(self, span: SpanData) -> None:
         parent = span.parent.handle if span.parent is not None else None
-        context = trace.set_span_in_context(parent) if isinstance(parent, trace.Span) else OtelContext()
-        span.handle = self.tracer.start_span(
+        if isinstance(parent, _Handle):
+            context = trace.set_span_in_context(parent.span)
+        else:
+            context = OtelContext()
+        started = dict(span.attributes)
+        sdk_span = self.tracer.start_span(
             span.name,
             context=context,
             kind=_KINDS.get(span.kind, SpanKind.INTERNAL),
-            attributes=dict(span.attributes),
+            attributes=started,
             start_time=span.start_ms * _NS,
         )
+        span.handle = _Handle(sdk_span, started, span.name)
 
     def end(self, span: SpanData) -> None:
         handle = span.handle
-        if not isinstance(handle, trace.Span):
+        if not isinstance(handle, _Handle):
             return
-        handle.update_name(span.name)
-        handle.set_attributes(dict(span.attributes))
+        sdk_span = handle.span
+        if span.name != handle.name:
+            sdk_span.update_name(span.name)
+        started = handle.attributes
+        changed = {k: v for k, v in span.attributes.items() if k not in started or started[k] != v}
+        if changed:
+            sdk_span.set_attributes(changed)
         for event in span.events:
-            handle.add_event(event.name, dict(event.attributes), timestamp=event.time_ms * _NS)
+            sdk_span.add_event(event.name, dict(event.attributes), timestamp=event.time_ms * _NS)
         if span.error is not None:
-            handle.set_status(Status(StatusCode.ERROR, span.error))
-        handle.end(end_time=(span.end_ms if span.end_ms is not None else span.start_ms) * _NS)
+            sdk_span.set_status(Status(StatusCode.ERROR, span.error))
+        sdk_span.end(end_time=(span.end_ms if span.end_ms is not None else span.start_ms) * _NS)
+
+
+class _Handle:
+    """The SDK span of a :class:`SpanData`, with what it was started with."""
+
+    __slots__ = ("attributes", "name", "span")
+
+    def __init__(self, span: trace.Span, attributes: dict[str, Any], name: str) -> None:
+        self.span, self.attributes, self.name = span, attributes, name
 
 
 class _Warned:
