@@ -8,7 +8,8 @@ OTLP/HTTP to a receiver on loopback in this process's own thread (a ``ThreadingH
 that reads each request body and answers 200). Each turn makes 4 spans (``invoke_agent``, two
 ``chat``, one ``execute_tool``). The plugin's disposal (the final flush) is outside the timed
 turns. Full run: 3 rounds of off/on, medians; ``quick``: 1 round of 300 turns. Reported:
-``ms_per_step_off``, ``ms_per_step_on``, ``overhead_ms_per_step`` (on − off),
+``ms_per_step_off``, ``ms_per_step_on``, ``overhead_ms_per_step`` (on − off), the same net of
+the store's write and fsync time (``net_…``: the harness time, as ``loop`` reports it),
 ``overhead_ratio`` (on ÷ off) and the spans and bytes the receiver got (``spans_expected``:
 4 per turn; fewer would mean the bounded queue dropped some). Because wall time on a shared
 machine moves with its neighbours, ``loop_thread_cpu_ms_per_step`` measures the part that runs
@@ -110,14 +111,20 @@ def run(quick: bool) -> dict[str, Any]:
     receiver = _Receiver()
     off: list[float] = []
     on: list[float] = []
+    off_net: list[float] = []
+    on_net: list[float] = []
     spans: list[int] = []
     try:
         for _ in range(1 if quick else 3):
             with scratch_dir("loop-off") as root:
-                off.append(asyncio.run(agent_loop._measure(root, turns))["ms_per_step"])
+                figures = asyncio.run(agent_loop._measure(root, turns))
+            off.append(figures["ms_per_step"])
+            off_net.append(figures["ms_per_step_excluding_flush"])
             mount, counted = _spans(receiver.url)
             with scratch_dir("loop-on") as root:
-                on.append(asyncio.run(agent_loop._measure(root, turns, mount))["ms_per_step"])
+                figures = asyncio.run(agent_loop._measure(root, turns, mount))
+            on.append(figures["ms_per_step"])
+            on_net.append(figures["ms_per_step_excluding_flush"])
             spans.extend(counted)
         recorded: list[Any] = []
 
@@ -130,7 +137,11 @@ def run(quick: bool) -> dict[str, Any]:
     finally:
         receiver.close()
     ms_off, ms_on = median(off), median(on)
+    net_off, net_on = median(off_net), median(on_net)
     return {
+        "net_ms_per_step_off": round(net_off, 4),
+        "net_ms_per_step_on": round(net_on, 4),
+        "net_overhead_ms_per_step": round(net_on - net_off, 4),
         "ms_per_step_off": round(ms_off, 4),
         "ms_per_step_on": round(ms_on, 4),
         "overhead_ms_per_step": round(ms_on - ms_off, 4),
@@ -138,6 +149,8 @@ def run(quick: bool) -> dict[str, Any]:
         "loop_thread_cpu_ms_per_step": round(loop_ms, 4),
         "runs_off": off,
         "runs_on": on,
+        "runs_net_off": off_net,
+        "runs_net_on": on_net,
         "turns": turns,
         "spans_ended_per_run": spans,
         "spans_expected": turns * 4,
