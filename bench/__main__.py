@@ -197,7 +197,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
             ),
         ]
     r = results.get("loop_telemetry")
-    if r:
+    if r and "skipped" not in r:
         out += [
             Row("loop, tracing off: per step net of flush (ms)", r["net_ms_per_step_off"], "ms", "lower"),
             Row("loop, tracing on: per step net of flush (ms)", r["net_ms_per_step_on"], "ms", "lower"),

@@ -107,6 +107,10 @@ def _loop_thread_cost(url: str, events: list[Any], repeats: int) -> float:
 
 
 def run(quick: bool) -> dict[str, Any]:
+    import importlib.util
+
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        return {"skipped": "needs the otel extra: uv run --extra otel python -m bench --only loop_telemetry"}
     turns = 300 if quick else agent_loop.TURNS
     receiver = _Receiver()
     off: list[float] = []
