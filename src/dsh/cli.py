@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     _agent_options(run)
     run.add_argument(
         "--output-format", choices=["text", "json", "stream-json"], default="text",
-        help="text: the final reply; json: one object with text, sessionId, reason, usage, model; "
+        help="text: the final reply; json: one object with text, sessionId, reason, usage, costUsd, model; "
         "stream-json: each durable event as one JSON line as it is appended",
     )
 
