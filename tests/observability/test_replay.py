@@ -101,3 +101,15 @@ def test_an_approval_is_a_span_under_its_tool_call(workdir: Path, tmp_path: Path
     assert attrs(approval)["dsh.approval.tool"] == "write"
     assert attrs(approval)["dsh.approval.outcome"] == "unavailable"
     assert tool["status"]["code"] == "STATUS_CODE_ERROR" and "error.type" in attrs(tool)
+
+
+@pytest.mark.slow
+def test_a_sqlite_session_replays_like_a_jsonl_one(workdir: Path) -> None:
+    for store in (["--store", "sqlite"], []):
+        made = run_dsh(["run", "echo hi", "--output-format", "json", *store], workdir)
+        assert made.returncode == 0, made.stderr
+        session_id = json.loads(made.stdout)["sessionId"]
+        traced = run_dsh(["sessions", "trace", session_id, "--json", *store], workdir)
+        assert traced.returncode == 0, traced.stderr
+        names = sorted(s["name"] for s in spans_of(traced.stdout))
+        assert names == ["chat mock-echo", "chat mock-echo", "execute_tool echo", "invoke_agent main"]
