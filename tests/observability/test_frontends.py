@@ -98,11 +98,17 @@ async def test_acp_sessions_are_traced(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_library_is_traced(tmp_path: Path) -> None:
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "never-closed"])
+def test_the_library_is_traced(tmp_path: Path, closed: bool) -> None:
+    # Never closed: the agent is left open at interpreter exit; what is queued still goes out.
     code = (
-        "import dsh\n"
-        "r = dsh.Agent(model='mock-echo', store='./s', time_context=False).run_sync('echo hi', session_id='demo')\n"
-        "print(r.reason)\n"
+        "import asyncio, dsh\n"
+        "async def main():\n"
+        "    agent = dsh.Agent(model='mock-echo', store='./s', time_context=False)\n"
+        "    r = await agent.run('echo hi', session_id='demo')\n"
+        f"    {'await agent.aclose()' if closed else 'pass'}\n"
+        "    print(r.reason)\n"
+        "asyncio.run(main())\n"
     )
     with OtlpReceiver() as receiver:
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,

@@ -201,6 +201,7 @@ class Pipeline:
     meter_provider: MeterProvider | None = None
     memory: InMemorySpanExporter | None = None
     guarded: _Guarded | None = None
+    closed: bool = False
 
     def failed(self) -> bool:
         """Whether an export of spans failed."""
@@ -213,7 +214,10 @@ class Pipeline:
         """Flush for at most ``timeout_ms``, then stop: a collector that is down or never answers
         costs the process at most about that long at exit. The SDK's own shutdown (which joins
         an exporter blocked on the network) runs in a daemon thread that is waited for no
-        longer; the exporters' retries are cut short."""
+        longer; the exporters' retries are cut short. A second call does nothing."""
+        if self.closed:
+            return
+        self.closed = True
         done = threading.Event()
 
         def stop() -> None:

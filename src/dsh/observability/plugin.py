@@ -16,6 +16,7 @@ Mounted from a config entry (``name: telemetry``) or, in every composition that 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.util
 import logging
 import os
@@ -82,6 +83,9 @@ class Telemetry:
         prewarm()  # the price table loads off the event loop, before the first model call ends
         self.tracers: dict[str, SessionTracer] = {}
         self._metrics = _Metrics(self.pipeline.meter_provider) if self.pipeline.meter_provider else None
+        # A library user who never closes the agent still gets what is queued, within the bound
+        # (the SDK's own atexit hook is off: it would wait on a collector that never answers).
+        atexit.register(self.pipeline.shutdown, config.shutdown_timeout_ms)
 
     # -- bus listeners ------------------------------------------------------------------------
     def on_created(self, session: Session) -> None:
@@ -127,6 +131,7 @@ class Telemetry:
             tracer.close()
         self.tracers.clear()
         await asyncio.to_thread(self.pipeline.shutdown, self.config.shutdown_timeout_ms)
+        atexit.unregister(self.pipeline.shutdown)
 
 
 class _Metrics:
