@@ -29,7 +29,7 @@ def run_python(code: str, cwd: Path, **env: str) -> str:
 
 
 def test_import_dsh_imports_no_opentelemetry(tmp_path: Path) -> None:
-    out = run_python("import dsh, dsh.compose, dsh.observability, dsh.observability.plugin\n" + CHECK.format(heavy=HEAVY), tmp_path)
+    out = run_python("import dsh, dsh.compose, dsh.observability.env, dsh.observability.plugin\n" + CHECK.format(heavy=HEAVY), tmp_path)
     assert "HEAVY []" in out
 
 

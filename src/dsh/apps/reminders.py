@@ -96,7 +96,7 @@ async def mount_worker(ctx: Context, args: argparse.Namespace, host: CliHost) ->
     from dsh.agent import sessions as sessions_plugin
     from dsh.agent import system_prompt as system_prompt_plugin
     from dsh.llm import service as llm_plugin
-    from dsh.observability.plugin import maybe_mount as mount_telemetry
+    from dsh.observability.env import maybe_mount as mount_telemetry
     from dsh.tools import registry as tools_plugin
 
     await mount_telemetry(ctx)  # traces of every delivery, when OTEL_EXPORTER_OTLP_ENDPOINT is set

@@ -1,23 +1,32 @@
-"""When tracing is on: the standard OpenTelemetry variables, read without importing the SDK.
+"""Whether the composition mounts tracing: :func:`maybe_mount`, which every composition calls
+(through :func:`dsh.compose.mount_spine` and the reminder worker). It reads the environment and
+imports the plugin only when tracing is on, so startup pays nothing for it otherwise.
 """
 
 from __future__ import annotations
 
-import os
+import importlib.util
+import logging
+from typing import TYPE_CHECKING
 
-__all__ = ["CONTENT_ENV", "enabled_by_env", "env_flag"]
+from dsh.observability import enabled_by_env
 
-CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-_ENDPOINT_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+if TYPE_CHECKING:
+    from dsh.runtime import Context
+
+__all__ = ["maybe_mount"]
+
+log = logging.getLogger("dsh.telemetry")
 
 
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+async def maybe_mount(ctx: Context) -> None:
+    """Mount the ``telemetry`` plugin on ``ctx`` when the environment asks for tracing and the
+    composition does not mount it already. Without the extra: one warning line, no tracing."""
+    if ctx.has("telemetry") or not enabled_by_env():
+        return
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        log.warning("telemetry: OTEL_EXPORTER_OTLP_ENDPOINT is set but dsh[otel] is not installed; no traces")
+        return
+    from dsh.observability import plugin
 
-
-def enabled_by_env() -> bool:
-    """Tracing is on when an OTLP endpoint variable is set, unless ``OTEL_SDK_DISABLED=true``
-    or ``OTEL_TRACES_EXPORTER=none``."""
-    if env_flag("OTEL_SDK_DISABLED") or os.environ.get("OTEL_TRACES_EXPORTER", "").strip() == "none":
-        return False
-    return any(os.environ.get(name, "").strip() for name in _ENDPOINT_ENV)
+    await ctx.plugin(plugin, {})

@@ -10,26 +10,25 @@ session) hangs its turns under the parent's innermost open span.
 
 Mounted from a config entry (``name: telemetry``) or, in every composition that goes through
 :func:`dsh.compose.mount_spine`, when the standard OpenTelemetry variables ask for it
-(:func:`dsh.observability.enabled_by_env`).
+(:func:`dsh.observability.env.maybe_mount`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import importlib.util
 import logging
 import os
 from collections.abc import Mapping
 
+from dsh.observability import CONTENT_ENV, env_flag
 from dsh.observability.cost import prewarm
-from dsh.observability.env import CONTENT_ENV, enabled_by_env, env_flag
 from dsh.observability.spans import SessionTracer
 from dsh.runtime import ConfigError, Context, ServiceKey
 from dsh.runtime.config import CheckedConfig
 from dsh.session import Event, Session
 
-__all__ = ["TELEMETRY", "Config", "Telemetry", "apply", "maybe_mount", "name"]
+__all__ = ["TELEMETRY", "Config", "Telemetry", "apply", "name"]
 
 name = "telemetry"
 log = logging.getLogger("dsh.telemetry")
@@ -175,16 +174,3 @@ def apply(ctx: Context, config: Config) -> None:
     ctx.on("session/event", telemetry.on_event)
     ctx.on("session/disposed", telemetry.on_disposed)
     ctx.defer(telemetry.dispose)
-
-
-async def maybe_mount(ctx: Context) -> None:
-    """Mount the ``telemetry`` plugin on ``ctx`` when the environment asks for tracing and the
-    composition does not mount it already. Without the extra: one warning line, no tracing."""
-    if ctx.has(TELEMETRY) or not enabled_by_env():
-        return
-    if importlib.util.find_spec("opentelemetry.sdk") is None:
-        log.warning("telemetry: OTEL_EXPORTER_OTLP_ENDPOINT is set but dsh[otel] is not installed; no traces")
-        return
-    import sys
-
-    await ctx.plugin(sys.modules[__name__], {})

@@ -70,7 +70,7 @@ def _load_otel() -> Any:
 
 async def trace_command(store: SessionStore, args: argparse.Namespace) -> int:
     """``dsh sessions trace ID [--otlp URL] [--json] [--content]``."""
-    from dsh.observability.env import CONTENT_ENV, env_flag
+    from dsh.observability import CONTENT_ENV, env_flag
 
     if not args.otlp and not args.json:
         raise UsageError("dsh sessions trace: give --otlp URL (send to a collector) or --json (print OTLP JSON)")
