@@ -113,3 +113,21 @@ def test_a_sqlite_session_replays_like_a_jsonl_one(workdir: Path) -> None:
         assert traced.returncode == 0, traced.stderr
         names = sorted(s["name"] for s in spans_of(traced.stdout))
         assert names == ["chat mock-echo", "chat mock-echo", "execute_tool echo", "invoke_agent main"]
+
+
+@pytest.mark.slow
+def test_a_failed_model_call_is_an_error_span(workdir: Path) -> None:
+    with SSEServer() as server:
+        server.push(*[Reply.error(500, "upstream exploded") for _ in range(3)])
+        result = run_dsh(["run", "hi", "--model", "m", "--base-url", server.base_url], workdir,
+                         OPENAI_API_KEY="k", **NO_PROXY)
+    assert result.returncode == 1
+    [log] = session_files(workdir)
+    traced = run_dsh(["sessions", "trace", log.stem, "--json"], workdir)
+    assert traced.returncode == 0, traced.stderr
+    spans = spans_of(traced.stdout)
+    [turn] = [s for s in spans if s["name"] == "invoke_agent main"]
+    [chat] = [s for s in spans if s["name"] == "chat m"]
+    assert turn["status"]["code"] == chat["status"]["code"] == "STATUS_CODE_ERROR"
+    assert "upstream exploded" in turn["status"]["message"]
+    assert attrs(turn)["dsh.turn.reason"] == "error" and attrs(chat)["error.type"] == attrs(turn)["error.type"]

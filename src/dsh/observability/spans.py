@@ -121,7 +121,9 @@ class SessionTracer:
         self.tools.clear()
         for open_span in (self.chat, self.compaction, self.turn):
             if open_span is not None:
-                if not (turn_ended and open_span is self.turn):
+                ended_in_log = turn_ended and open_span is self.turn
+                step_ended = open_span is self.chat and open_span.end_ms is not None
+                if not (ended_in_log or step_ended):
                     open_span.attributes["dsh.incomplete"] = True
                 self._end(open_span, at)
         self.chat = self.compaction = self.turn = None
@@ -133,6 +135,8 @@ class SessionTracer:
         return span
 
     def _end(self, span: SpanData, at: int) -> None:
+        if span is self.chat and span.end_ms is not None:  # closed by its step/end already
+            at = min(at, span.end_ms)
         span.end_ms = max(at, span.start_ms)
         self.sink.end(span)
 
@@ -178,7 +182,7 @@ class SessionTracer:
 
     def _step_start(self, at: int, data: Mapping[str, object]) -> None:
         if self.chat is not None:
-            self._end(self.chat, at)
+            self._end(self.chat, self.chat.end_ms if self.chat.end_ms is not None else at)
         attrs = self._base("chat")
         step = data.get("step")
         if isinstance(step, int):
@@ -298,9 +302,10 @@ class SessionTracer:
             self.turn.events.append(SpanEvent("dsh.prompt.blocked", at, {}))
 
     def _step_end(self, at: int, data: Mapping[str, object]) -> None:
-        if self.chat is not None:  # a step that ended without an answer (an error)
-            self._end(self.chat, at)
-            self.chat = None
+        if self.chat is not None:
+            # A step that ended without an answer: the turn/end that follows says why, so the
+            # span stays open until then (it ends at this event's time).
+            self.chat.end_ms = at
 
     def _turn_end(self, at: int, data: Mapping[str, object]) -> None:
         turn = self.turn
