@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     _agent_options(run)
     run.add_argument(
         "--output-format", choices=["text", "json", "stream-json"], default="text",
-        help="text: the final reply; json: one object with text, sessionId, reason, usage, model; "
+        help="text: the final reply; json: one object with text, sessionId, reason, usage, costUsd, model; "
         "stream-json: each durable event as one JSON line as it is appended",
     )
 
@@ -185,7 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     importing.add_argument("file", metavar="FILE", help="a JSONL v0 session log")
     salvage = sub.add_parser("salvage", help="copy the longest valid committed prefix of a corrupt session into a new one")
     salvage.add_argument("id", metavar="ID", help="session id (any unique prefix); the original is never modified")
-    for sub_parser in (listing, show, requests, remove, export, importing, salvage):
+    trace = sub.add_parser("trace", help="replay a session as OpenTelemetry GenAI spans, with the log's timestamps")
+    trace.add_argument("id", metavar="ID", help="session id (any unique prefix)")
+    trace.add_argument("--otlp", metavar="URL", help="send to this OTLP/HTTP collector (http://host:4318)")
+    trace.add_argument("--json", action="store_true", help="print the spans as one OTLP JSON object")
+    trace.add_argument("--content", action="store_true", help="include message contents (off by default)")
+    for sub_parser in (listing, show, requests, remove, export, importing, salvage, trace):
         _store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     mcp_cmd.add_parser(commands, _Parser)

@@ -104,8 +104,10 @@ async def mount_worker(ctx: Context, args: argparse.Namespace, host: CliHost) ->
     from dsh.agent import sessions as sessions_plugin
     from dsh.agent import system_prompt as system_prompt_plugin
     from dsh.llm import service as llm_plugin
+    from dsh.observability.env import maybe_mount as mount_telemetry
     from dsh.tools import registry as tools_plugin
 
+    await mount_telemetry(ctx)  # traces of every delivery, when OTEL_EXPORTER_OTLP_ENDPOINT is set
     for plugin in (sessions_plugin, llm_plugin, system_prompt_plugin, agents_plugin, tools_plugin):
         await ctx.plugin(plugin)
     chat = argparse.Namespace(**{**vars(args), "resume": None, "store": None})

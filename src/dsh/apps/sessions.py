@@ -4,7 +4,7 @@ Owns ``list`` (this folder's sessions, or ``--all``, with a title, turns, model 
 activity; a session whose log does not load is marked ``CORRUPT``; columns are measured in
 terminal cells so CJK text lines up) and the timeline rendering of ``show`` (each time reading,
 compaction checkpoint, reasoning (dim on a terminal), tool call and result in order, shadowed
-events marked, the model and token usage at each turn's end, and the zone its times are in).
+events marked, the model, token usage and cost (genai-prices) at each turn's end, the session's total cost, and the zone its times are in).
 ``requests`` lives in :mod:`dsh.apps.requests_view`; import and salvage in
 :mod:`dsh.apps.salvage`. Every line goes through :mod:`dsh.apps.escape`. Reads take no lock and
 never repair, so they work while another process writes.
@@ -28,6 +28,7 @@ from dsh.apps.escape import escape_controls, escape_json
 from dsh.apps.list_facts import text_of as _text
 from dsh.apps.requests_view import rebuild_requests
 from dsh.errors import UsageError
+from dsh.observability.cost import format_usd, usage_cost
 from dsh.persistence.base import SessionInfo, SessionStore, StoredSession, StoreError
 from dsh.plugins.schedule.delivery import describe as reminder_summary
 from dsh.plugins.schedule.delivery import describe_change
@@ -156,16 +157,20 @@ def timeline(session: Session, *, dim: bool = False) -> list[str]:
     model: str | None = None
     usage: dict[str, int] = {}
     names: dict[str, str] = {}
+    calls: list[tuple[str, dict[str, int], int | None]] = []  # this turn's, priced at its end
+    session_calls: list[tuple[str, dict[str, int], int | None]] = []
     for event in session.events:
         if event.type == "request/header":
             config = (event.data.get("header") or {}).get("config") or {}
             model = config.get("model") if isinstance(config.get("model"), str) else model
         elif event.type == "turn/start":
-            usage = {}
+            usage, calls = {}, []
         elif event.type == "assistant/message":
             for key, value in (event.data.get("usage") or {}).items():
                 if isinstance(value, int):
                     usage[key] = usage.get(key, 0) + value
+            if isinstance(event.data.get("usage"), dict):
+                calls.append((model or "", event.data["usage"], event.time))
             thought = _reasoning(event)
             if thought:
                 said = escape_controls(f"{_time(event.time)}  thinking   {thought}").replace("\n", "\n" + " " * 20)
@@ -175,11 +180,21 @@ def timeline(session: Session, *, dim: bool = False) -> list[str]:
             continue
         line = entry
         if event.type == "turn/end":
-            line += _turn_facts(model, usage)
+            line += _turn_facts(model, usage) + _cost_fact(calls)
+            session_calls += calls
         marker = " (shadowed)" if event.surface_op is not None and event.seq not in visible else ""
         # Continuation lines line up under the text column (time + label = 20 columns).
         lines.append(escape_controls(line + marker).replace("\n", "\n" + " " * 20))
+    total = usage_cost(session_calls)
+    if total is not None:
+        lines.append(f"total cost {format_usd(total)} over {len(session_calls)} model calls (prices: genai-prices)")
     return lines
+
+
+def _cost_fact(calls: list[tuple[str, dict[str, int], int | None]]) -> str:
+    """`` · cost $0.0012`` when the price table knows every call's model, else nothing."""
+    cost = usage_cost(calls)
+    return "" if cost is None else f" · cost {format_usd(cost)}"
 
 
 DIM, RESET = "\x1b[2m", "\x1b[0m"

@@ -20,6 +20,7 @@ from dsh.apps.term.host import TerminalApp
 from dsh.apps.term.view import usage_line
 from dsh.llm import catalog
 from dsh.llm.service import LLM
+from dsh.observability.cost import events_cost
 
 COMMANDS: dict[str, str] = {
     "/help": "this list",
@@ -29,7 +30,7 @@ COMMANDS: dict[str, str] = {
     "/model": "/model NAME: switch the model for the next requests (logged as a request/header change)",
     "/clear": "start a new session (the current one stays stored)",
     "/resume": "/resume: list this folder's sessions; /resume N or ID: switch to one",
-    "/usage": "tokens in, out and cached over this session",
+    "/usage": "tokens in, out and cached, and their cost, over this session",
 }
 
 
@@ -163,5 +164,6 @@ def _usage(ui: UI) -> None:
     for event in session.events:
         if event.type == "assistant/message" and isinstance(event.data.get("usage"), dict):
             usages.append(event.data["usage"])
-    line = usage_line(ui.app.agent.options.model, session.last_turn, usages, None)
+    model = ui.app.agent.options.model
+    line = usage_line(model, session.last_turn, usages, None, events_cost(session.events, model))
     ui.say(f"session {session.id}: {len(usages)} model calls · " + line.replace(f"turn {session.last_turn}", f"{session.last_turn} turns"))
