@@ -38,6 +38,7 @@ __all__ = [
     "STORE_NAMES",
     "OpenedStore",
     "app_store_entry",
+    "mount_rewind",
     "mount_spine",
     "mount_store",
     "open_store",
@@ -102,6 +103,13 @@ async def mount_spine(
     if not ctx.has("agent_loop"):
         fibers.append(await ctx.plugin(loop_plugin, dict(loop_config or {})))
     return fibers
+
+
+async def mount_rewind(ctx: Context, config: Mapping[str, object] | None = None) -> Fiber:
+    """Mount the ``rewind`` plugin (workspace snapshots before file-changing steps)."""
+    from dsh.rewind import plugin as rewind_plugin  # git-backed: loaded only when mounted
+
+    return await ctx.plugin(rewind_plugin, dict(config or {}))
 
 
 # -- stores ----------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """What the command-line flags select: ``dsh chat``'s plugin entries, and the session store.
 
 Owns the built-in default composition (``mock-echo`` or ``openai-llm``, ``echo-tool``, the
-workspace tools, MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, JSONL
+workspace tools, workspace snapshots (``rewind``), MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, JSONL
 sessions under ``$DSH_HOME/sessions``, ``stdio-app``), the overrides flags apply to a
 ``--config`` composition (``--model``, ``--root``, ``--store``, ``--system``, ``--resume``,
 ``--sandbox``, ``--approval``, ``--timeout``), and the refusal of flags the chosen store would
@@ -69,6 +69,8 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         # MCP servers of the project's .mcp.json and the user's mcp.json (none: nothing mounted).
         PluginEntry(id="mcp", name="mcp", config={"discover": True}),
         PluginEntry(id="workspace-tools", name="workspace-tools", config=_workspace_config(args, {})),
+        # Workspace snapshots before file-changing steps (dsh sessions diff / rewind, /rewind).
+        PluginEntry(id="rewind", name="rewind"),
         PluginEntry(id="agent-instructions", name="agent-instructions"),
         PluginEntry(id="time-context", name="time-context"),
         PluginEntry(id="schedule", name="schedule"),

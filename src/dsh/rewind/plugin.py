@@ -1,0 +1,117 @@
+"""The ``rewind`` plugin: a workspace snapshot before each step that will change files, and
+after each turn that had one.
+
+A step's tool calls are known once the model's answer is complete (the ``agent/step-result``
+waterfall, before the calls run). When one of them is not read-only (``bash``, ``write``,
+``edit``, ``job_kill``, an MCP tool without ``readOnlyHint``, any tool not known to be
+read-only), the workspace is recorded in the shadow store (:mod:`dsh.rewind.store`) and a
+log-only ``workspace/snapshot`` event names the tree, the turn and the step. Just before that
+turn's ``turn/end`` (``agent/turn-end``, whatever the reason) a second snapshot records what the
+turn left. A failing snapshot (no git, an unreadable folder) is a warning, never a failed turn.
+
+Config (all optional): ``maxFileBytes`` (default 10 MiB: larger files are not kept),
+``readOnlyTools`` (more tool names that never change files), ``home`` (the store's parent folder;
+default ``$DSH_HOME``), ``enabled`` (default true).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from dsh.agent.agent import Agent
+from dsh.agent.hooks import STEP_RESULT, TURN_END, JsonMap, StepResult, TurnEnd
+from dsh.rewind.history import SNAPSHOT
+from dsh.rewind.store import DEFAULT_MAX_FILE_BYTES, GitError, ShadowStore
+from dsh.runtime import Context
+from dsh.tools.registry import TOOLS
+
+__all__ = ["READ_ONLY_TOOLS", "Config", "apply", "inject", "name"]
+
+log = logging.getLogger("dsh.rewind")
+
+name = "rewind"
+inject = ["tools"]
+
+# Tools that never change files (the workspace reads, the todo list, reminders, echo).
+READ_ONLY_TOOLS = frozenset(
+    {"read", "glob", "grep", "todo_write", "job_output", "job_list", "echo",
+     "schedule_create", "schedule_list", "schedule_delete"}
+)
+MAX_LISTED = 20  # too-big files named per event
+
+
+class Config(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    enabled: bool = True
+    max_file_bytes: Annotated[int, msgspec.Meta(ge=0)] = DEFAULT_MAX_FILE_BYTES
+    read_only_tools: list[str] = msgspec.field(default_factory=list)
+    home: str | None = None
+
+
+class _Snapshots:
+    def __init__(self, ctx: Context, config: Config) -> None:
+        self.ctx = ctx
+        self.config = config
+        self.read_only = READ_ONLY_TOOLS | set(config.read_only_tools)
+        self.home = Path(config.home).expanduser() if config.home else None
+        self.turns: dict[str, int] = {}  # agent id -> the turn that took a snapshot
+        self.warned: set[str] = set()
+
+    def mutating(self, agent: Agent, tool_name: object) -> bool:
+        if not isinstance(tool_name, str) or tool_name in self.read_only:
+            return False
+        tool = self.ctx.require(TOOLS).get(tool_name, agent_id=agent.id)
+        return tool is None or not tool.read_only
+
+    def _store(self, agent: Agent) -> ShadowStore:
+        cwd = agent.session.header.get("cwd")
+        return ShadowStore(
+            cwd if isinstance(cwd, str) and cwd else ".", home=self.home,
+            max_file_bytes=self.config.max_file_bytes,
+        )
+
+    async def take(self, agent: Agent, turn: int, step: int, at: str) -> None:
+        session_id = agent.session.id
+        try:
+            snap = await asyncio.to_thread(lambda: self._store(agent).snapshot(session_id))
+        except (GitError, OSError) as exc:
+            if session_id not in self.warned:  # once per session: a missing git is not news twice
+                self.warned.add(session_id)
+                log.warning('rewind: no workspace snapshot for session "%s": %s', session_id, exc)
+            return
+        data: dict[str, Any] = {"turn": turn, "step": step, "at": at, "tree": snap.tree}
+        if snap.too_big:
+            data["tooBig"] = [{"path": p, "bytes": n} for p, n in snap.too_big[:MAX_LISTED]]
+            if len(snap.too_big) > MAX_LISTED:
+                data["tooBigMore"] = len(snap.too_big) - MAX_LISTED
+        agent.session.append(SNAPSHOT, data)
+
+    async def on_step_result(self, payload: StepResult, next_: Callable[[], Awaitable[JsonMap]]) -> JsonMap:
+        message = await next_()
+        agent = payload.agent
+        content = message.get("content") if isinstance(message, Mapping) else None
+        calls = [
+            b for b in content or () if isinstance(b, Mapping) and b.get("type") == "tool-call"  # type: ignore[attr-defined]
+        ]
+        if any(self.mutating(agent, call.get("name")) for call in calls):
+            await self.take(agent, payload.turn, payload.step, "before-step")
+            self.turns[agent.id] = payload.turn
+        return message
+
+    async def on_turn_end(self, payload: TurnEnd) -> None:
+        agent = payload.agent
+        if self.turns.pop(agent.id, None) == payload.turn:
+            await self.take(agent, payload.turn, payload.step, "turn-end")
+
+
+def apply(ctx: Context, config: Config) -> None:
+    if not config.enabled:
+        return
+    snapshots = _Snapshots(ctx, config)
+    ctx.on(STEP_RESULT, snapshots.on_step_result)
+    ctx.on(TURN_END, snapshots.on_turn_end)
