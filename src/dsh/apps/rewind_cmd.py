@@ -87,6 +87,10 @@ async def rewind(store: SessionStore, args: argparse.Namespace) -> int:
         if data is not None:
             live = Session.restore(new_id, events, header=header)
             events = [*events, live.append(REWIND, data)]
+    if not events:
+        # Before turn 1 the conversation is empty (and an empty log is never stored).
+        print(f"the conversation before turn {args.to_turn} is empty: start a new one with dsh chat")
+        return 0
     await salvage.write_session(store, header, events)
     await asyncio.to_thread(ops.keep_for, header, new_id, events)
     print(f"new session {new_id}: the conversation before turn {args.to_turn} ({args.id} is unchanged)")

@@ -7,7 +7,8 @@ waterfall, before the calls run). When one of them is not read-only (``bash``, `
 read-only), the workspace is recorded in the shadow store (:mod:`dsh.rewind.store`) and a
 log-only ``workspace/snapshot`` event names the tree, the turn and the step. Just before that
 turn's ``turn/end`` (``agent/turn-end``, whatever the reason) a second snapshot records what the
-turn left. A failing snapshot (no git, an unreadable folder) is a warning, never a failed turn.
+turn left, with ``changes {files, added, deleted}`` counted from the turn's first snapshot (what
+``dsh chat`` shows at the end of the turn). A failing snapshot (no git, an unreadable folder) is a warning, never a failed turn.
 
 Config (all optional): ``maxFileBytes`` (default 10 MiB: larger files are not kept),
 ``readOnlyTools`` (more tool names that never change files), ``home`` (the store's parent folder;
@@ -27,7 +28,7 @@ import msgspec
 from dsh.agent.agent import Agent
 from dsh.agent.hooks import STEP_RESULT, TURN_END, JsonMap, StepResult, TurnEnd
 from dsh.rewind.history import SNAPSHOT
-from dsh.rewind.store import DEFAULT_MAX_FILE_BYTES, GitError, ShadowStore
+from dsh.rewind.store import DEFAULT_MAX_FILE_BYTES, GitError, ShadowStore, Snapshot
 from dsh.runtime import Context
 from dsh.tools.registry import TOOLS
 
@@ -59,7 +60,7 @@ class _Snapshots:
         self.config = config
         self.read_only = READ_ONLY_TOOLS | set(config.read_only_tools)
         self.home = Path(config.home).expanduser() if config.home else None
-        self.turns: dict[str, int] = {}  # agent id -> the turn that took a snapshot
+        self.turns: dict[str, tuple[int, str]] = {}  # agent id -> (turn, its first tree)
         self.warned: set[str] = set()
 
     def mutating(self, agent: Agent, tool_name: object) -> bool:
@@ -75,21 +76,32 @@ class _Snapshots:
             max_file_bytes=self.config.max_file_bytes,
         )
 
-    async def take(self, agent: Agent, turn: int, step: int, at: str) -> None:
+    async def take(self, agent: Agent, turn: int, step: int, at: str, since: str | None = None) -> str | None:
+        """Snapshot and log it; the tree id (``None`` when it failed). With ``since`` (the turn's
+        first tree), the event also counts what changed: ``changes {files, added, deleted}``."""
         session_id = agent.session.id
+
+        def work() -> tuple[Snapshot, tuple[int, int, int] | None]:
+            store = self._store(agent)
+            snap = store.snapshot(session_id)
+            return snap, (store.numstat(since, snap.tree) if since is not None else None)
+
         try:
-            snap = await asyncio.to_thread(lambda: self._store(agent).snapshot(session_id))
+            snap, changes = await asyncio.to_thread(work)
         except (GitError, OSError) as exc:
             if session_id not in self.warned:  # once per session: a missing git is not news twice
                 self.warned.add(session_id)
                 log.warning('rewind: no workspace snapshot for session "%s": %s', session_id, exc)
-            return
+            return None
         data: dict[str, Any] = {"turn": turn, "step": step, "at": at, "tree": snap.tree}
+        if changes is not None:
+            data["changes"] = {"files": changes[0], "added": changes[1], "deleted": changes[2]}
         if snap.too_big:
             data["tooBig"] = [{"path": p, "bytes": n} for p, n in snap.too_big[:MAX_LISTED]]
             if len(snap.too_big) > MAX_LISTED:
                 data["tooBigMore"] = len(snap.too_big) - MAX_LISTED
         agent.session.append(SNAPSHOT, data)
+        return snap.tree
 
     async def on_step_result(self, payload: StepResult, next_: Callable[[], Awaitable[JsonMap]]) -> JsonMap:
         message = await next_()
@@ -99,14 +111,17 @@ class _Snapshots:
             b for b in content or () if isinstance(b, Mapping) and b.get("type") == "tool-call"  # type: ignore[attr-defined]
         ]
         if any(self.mutating(agent, call.get("name")) for call in calls):
-            await self.take(agent, payload.turn, payload.step, "before-step")
-            self.turns[agent.id] = payload.turn
+            tree = await self.take(agent, payload.turn, payload.step, "before-step")
+            seen = self.turns.get(agent.id)
+            if tree is not None and (seen is None or seen[0] != payload.turn):
+                self.turns[agent.id] = (payload.turn, tree)
         return message
 
     async def on_turn_end(self, payload: TurnEnd) -> None:
         agent = payload.agent
-        if self.turns.pop(agent.id, None) == payload.turn:
-            await self.take(agent, payload.turn, payload.step, "turn-end")
+        seen = self.turns.pop(agent.id, None)
+        if seen is not None and seen[0] == payload.turn:
+            await self.take(agent, payload.turn, payload.step, "turn-end", since=seen[1])
 
 
 def apply(ctx: Context, config: Config) -> None:

@@ -62,6 +62,15 @@ def usage_line(model: str | None, turn: Any, usages: Sequence[dict[str, Any]], s
     return " · ".join(parts)
 
 
+def changes_line(changes: Any) -> str | None:
+    """``3 files changed, +12 −4 · /rewind to undo`` from a turn-end snapshot's ``changes``."""
+    if not isinstance(changes, dict) or not changes.get("files"):
+        return None
+    files = changes["files"]
+    return (f"{files} file{'s' if files != 1 else ''} changed, +{changes.get('added', 0)} "
+            f"−{changes.get('deleted', 0)} · /rewind to undo")
+
+
 def header_model(event: Event) -> str | None:
     header = event.data.get("header") if isinstance(event.data, dict) else None
     config = header.get("config") if isinstance(header, dict) else None
@@ -107,6 +116,7 @@ class TranscriptView:
         self.waiting_since = 0.0
         self.streaming = False
         self._blocks_shown = 0  # Markdown blocks of the current reply already printed
+        self._changes: str | None = None  # the turn's workspace summary (rewind plugin)
 
     @property
     def live(self) -> str:
@@ -164,6 +174,8 @@ class TranscriptView:
                 self.line(self.style.dim(reminder))
         elif kind == "todo/write":
             self._todo(data.get("todos"))
+        elif kind == "workspace/snapshot":
+            self._changes = changes_line(data.get("changes"))
         elif kind == "step/end":
             self.waiting = self.streaming = False
         elif kind == "turn/end":
@@ -176,7 +188,9 @@ class TranscriptView:
             seconds = time.monotonic() - self._started if self._started is not None else None
             if self._usages or ending is None:
                 self.line(self.style.dim(usage_line(self.model, data.get("turn"), self._usages, seconds)))
-            self._started = None
+            if self._changes:
+                self.line(self.style.dim(self._changes))
+            self._started = self._changes = None
 
     def _chunk(self, chunk: dict[str, Any]) -> None:
         ctype = chunk.get("type")
