@@ -126,8 +126,12 @@ class ShadowStore:
     def _write_tree(self) -> Snapshot:
         listed = self.git.run(["ls-files", "-z", "--others", "--modified", "--exclude-standard"])
         big: list[tuple[str, int]] = []
+        nested: list[bytes] = []
         for raw in set(listed.split(b"\0")):
             if not raw:
+                continue
+            if raw.endswith(b"/"):  # a folder with its own .git: another repository, not ours
+                nested.append(raw.rstrip(b"/"))
                 continue
             try:
                 st = os.lstat(self.workspace / os.fsdecode(raw))
@@ -144,6 +148,7 @@ class ShadowStore:
                 stdin=literal,
             )
             specs += [b":(exclude,literal)" + os.fsencode(p) for p, _ in big]
+        specs += [b":(exclude,literal)" + p for p in sorted(nested)]
         self.git.run(
             ["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"], stdin=b"\0".join(specs)
         )
