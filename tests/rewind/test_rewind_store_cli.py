@@ -83,3 +83,24 @@ def test_bad_turns_are_one_line_usage_errors(tmp_path: Path) -> None:
     ):
         done = run_dsh(["sessions", *args], repo)
         assert (done.returncode, done.stderr.strip(), done.stdout) == (2, message, "")
+
+
+def test_a_file_over_the_cap_is_named_and_left_alone(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    bash = "head -c 10485761 /dev/zero > big.bin && echo x > small.txt"
+    with SSEServer() as server:
+        server.push(call(1, "bash", {"command": bash, "description": "big"}), text("done"))
+        chat = run_dsh(["chat", "--base-url", server.base_url, "--model", "test-model"], repo,
+                       stdin="go\n", timeout=120, **NO_PROXY)
+    assert chat.returncode == 0, chat.stderr
+    [log] = session_files(repo)
+    sid = session_id_of(log)
+    assert '"tooBig":[{"path":"big.bin","bytes":10485761}]' in log.read_text()
+    diff = run_dsh(["sessions", "diff", sid, "--turn", "1"], repo)
+    assert "small.txt" in diff.stdout and "big.bin" not in diff.stdout
+    assert diff.stderr == "dsh: big.bin: not in the diff: 10.5 MB is over the snapshot size cap, so it was never kept\n"
+    back = run_dsh(["sessions", "rewind", sid, "--to-turn", "1"], repo)
+    assert back.stdout == "restored 1 file to before turn 1: small.txt\n"
+    assert back.stderr == "dsh: big.bin: left as it is: 10.5 MB is over the snapshot size cap, so it was never kept\n"
+    assert (repo / "big.bin").stat().st_size == 10485761 and not (repo / "small.txt").exists()

@@ -20,7 +20,8 @@ from typing import Any
 from dsh.apps import salvage
 from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore
-from dsh.rewind import ops
+from dsh.apps.escape import escape_controls
+from dsh.rewind import history, ops
 from dsh.rewind.history import REWIND
 from dsh.session import Session
 
@@ -63,9 +64,20 @@ async def diff(store: SessionStore, args: argparse.Namespace) -> int:
         where = f"turn {args.turn}" if args.turn is not None else "this session"
         print(f"dsh: no workspace changes recorded for {where}", file=sys.stderr)
         return 0
-    sys.stdout.buffer.write(text)
+    if sys.stdout.isatty():  # shown, never obeyed: file contents may hold terminal escapes
+        sys.stdout.write(escape_controls(text.decode("utf-8", "replace")))
+    else:  # a pipe or a file gets the exact patch (``| git apply``)
+        sys.stdout.buffer.write(text)
     sys.stdout.flush()
+    _too_big(stored.events, args.turn, "not in the diff")
     return 0
+
+
+def _too_big(events: Any, turn: int | None, what: str) -> None:
+    """One stderr line per file the snapshots left out (over ``maxFileBytes``)."""
+    for path, size in sorted(history.too_big(events, turn).items()):
+        print(f"dsh: {escape_controls(path)}: {what}: {size / 1_000_000:.1f} MB is over the snapshot size cap, "
+              "so it was never kept", file=sys.stderr)
 
 
 async def rewind(store: SessionStore, args: argparse.Namespace) -> int:
@@ -107,9 +119,10 @@ async def _restore(header: dict[str, Any], events: Any, args: argparse.Namespace
         print(f"no file changes recorded since turn {args.to_turn}: nothing to restore")
     else:
         restored = data["restored"]
-        shown = ", ".join(restored[:8]) + (f" and {len(restored) - 8} more" if len(restored) > 8 else "")
+        shown = escape_controls(", ".join(restored[:8])) + (f" and {len(restored) - 8} more" if len(restored) > 8 else "")
         count = f"{len(restored)} file{'s' if len(restored) != 1 else ''}"
         print(f"restored {count} to before turn {args.to_turn}{': ' + shown if restored else ''}")
+    _too_big(events, args.to_turn, "left as it is")
     return data
 
 

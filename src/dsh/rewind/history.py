@@ -28,6 +28,7 @@ __all__ = [
     "latest_tree",
     "marks",
     "target_for",
+    "too_big",
     "turn_span",
     "turns",
 ]
@@ -121,6 +122,23 @@ def latest_tree(all_marks: Sequence[Mark]) -> str | None:
 
 def snapshot_turns(all_marks: Sequence[Mark], since: int) -> list[int]:
     return sorted({m.turn for m in all_marks if m.at != "rewind" and m.turn >= since})
+
+
+def too_big(events: Sequence[Event], since_turn: int | None = None) -> dict[str, int]:
+    """Files left out of the snapshots of turn ``since_turn`` and later (all when ``None``):
+    path -> size in bytes, as the latest snapshot naming them saw it."""
+    found: dict[str, int] = {}
+    for event in events:
+        data = event.data
+        if event.type != SNAPSHOT or not isinstance(data, Mapping):
+            continue
+        turn = _int(data.get("turn"))
+        if since_turn is not None and (turn is None or turn < since_turn):
+            continue
+        for item in data.get("tooBig") or ():
+            if isinstance(item, Mapping) and isinstance(item.get("path"), str):
+                found[item["path"]] = _int(item.get("bytes")) or 0
+    return found
 
 
 def turns(events: Sequence[Event]) -> list[TurnInfo]:
