@@ -37,8 +37,8 @@ from dsh.tools.types import Tool
 
 if TYPE_CHECKING:
     from dsh.agent.agent import Agent as LoopAgent
-    from dsh.rewind.library import RewindResult
     from dsh.persistence.base import SessionStore
+    from dsh.rewind.library import RewindResult
 
 __all__ = ["Agent", "RunResult"]
 

@@ -17,7 +17,16 @@ import pytest
 
 from tests.apps.conftest import run_dsh, session_files
 from tests.llm.sse_server import SSEServer
-from tests.rewind.support import NO_PROXY, call, events_of, git_state, make_repo, session_id_of, text, tree_state
+from tests.rewind.support import (
+    NO_PROXY,
+    call,
+    events_of,
+    git_state,
+    make_repo,
+    session_id_of,
+    text,
+    tree_state,
+)
 
 pytestmark = [pytest.mark.slow]
 

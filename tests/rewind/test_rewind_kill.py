@@ -44,7 +44,7 @@ def test_kill_during_restore_then_rerun_finishes(tmp_path: Path) -> None:
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
-        if first.read_text() == f"original 0\n" * 50:
+        if first.read_text() == "original 0\n" * 50:
             break
         time.sleep(0.002)
     os.kill(proc.pid, signal.SIGKILL)

@@ -43,7 +43,7 @@ def test_library_rewind_files_live_and_stored_and_conversation(tmp_path: Path) -
             assert not (ws / "b.txt").exists() and (ws / "a.txt").read_text() == "turn one\n"
         (ws / "a.txt").write_text("the user's\n")
         async with _agent(tmp_path, model) as agent:  # a new composition: the store's session
-            with pytest.raises(Conflict, match="changed after the agent: a.txt"):
+            with pytest.raises(Conflict, match=r"changed after the agent: a\.txt"):
                 await agent.rewind("s1", turn=1)
             forced = await agent.rewind("s1", turn=1, force=True, conversation=True)
             assert forced.forked and forced.session_id != "s1" and forced.restored == ("a.txt",)

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from dsh.apps import salvage
+from dsh.apps.escape import escape_controls
 from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore
-from dsh.apps.escape import escape_controls
 from dsh.rewind import history, ops
 from dsh.rewind.history import REWIND
 from dsh.session import Session

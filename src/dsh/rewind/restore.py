@@ -16,6 +16,7 @@ deterministic (``.dsh-rewind-<hash>.tmp``), so a rerun cleans up what a killed r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -136,7 +137,7 @@ def _write(path: Path, entry: Entry, data: bytes) -> None:
     else:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
         try:
-            os.write(fd, data) if len(data) < (1 << 20) else _write_all(fd, data)
+            _write_all(fd, data)
             umask = os.umask(0)
             os.umask(umask)
             try:
@@ -165,10 +166,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _remove_temp(temp: Path) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(temp)
-    except FileNotFoundError:
-        pass
 
 
 def apply_plan(store: ShadowStore, plan: Plan, target: Mapping[str, Entry]) -> None:

@@ -89,6 +89,8 @@ class ShadowStore:
         return (self.git_dir / "HEAD").is_file()
 
     def _init(self) -> None:
+        if self.exists() and (self.dir / "workspace").is_file():
+            return
         ensure_private(self.root)
         ensure_private(self.dir)
         if not self.exists():
