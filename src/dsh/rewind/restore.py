@@ -115,6 +115,18 @@ def _prune_dirs(root: Path, rel: str, keep: set[str]) -> None:
         parent = parent.parent
 
 
+def _real_parents(root: Path, rel: str) -> None:
+    """Refuse when a folder on the way is (now) a symlink or not a folder: never act through it."""
+    current = root
+    for part in Path(rel).parent.parts:
+        current = current / part
+        try:
+            if not stat.S_ISDIR(os.lstat(current).st_mode):
+                raise Conflict([str(current.relative_to(root))])
+        except FileNotFoundError:
+            return
+
+
 def _ensure_parent(root: Path, rel: str) -> None:
     parent = Path(rel).parent
     current = root
@@ -176,6 +188,7 @@ def apply_plan(store: ShadowStore, plan: Plan, target: Mapping[str, Entry]) -> N
     keep = {str(p) for path in target for p in Path(path).parents}
     for rel in sorted(plan.deletes, key=lambda p: -len(Path(p).parts)):
         path = _inside(root, rel)
+        _real_parents(root, rel)
         _remove(path)
         _prune_dirs(root, rel, keep)
     contents = store.blobs([entry.oid for entry in plan.writes.values()])
