@@ -76,8 +76,8 @@ def run(repeat: int) -> dict[str, Any]:
             changed.append(ms)
             grown.append(_du(store.dir) - before)
             trees.append(snap.tree)
-            since = trees[-2]
-            turn_end.append(_timed(lambda: (store.snapshot("bench"), store.numstat(since, trees[-1])))[0])
+            turn_end.append(_timed(lambda since=trees[-2], last=trees[-1]: (
+                store.snapshot("bench"), store.numstat(since, last)))[0])
         target, latest = trees[-2], trees[-1]
         touched = store.changed_paths(target, latest)
         with store.locked():
