@@ -104,3 +104,25 @@ def test_a_file_over_the_cap_is_named_and_left_alone(tmp_path: Path) -> None:
     assert back.stdout == "restored 1 file to before turn 1: small.txt\n"
     assert back.stderr == "dsh: big.bin: left as it is: 10.5 MB is over the snapshot size cap, so it was never kept\n"
     assert (repo / "big.bin").stat().st_size == 10485761 and not (repo / "small.txt").exists()
+
+
+def test_a_workspace_over_max_files_is_not_snapshotted_and_says_so_once(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for i in range(5):
+        (repo / f"f{i}").write_text("x\n")
+    with SSEServer() as server:
+        (repo / "c.yml").write_text(
+            "- {id: llm, name: openai-llm, config: {models: [test-model], baseURL: '" + server.base_url
+            + "', apiKey: none}}\n- {id: ws, name: workspace-tools}\n"
+            "- {id: rewind, name: rewind, config: {maxFiles: 3}}\n"
+            "- {id: app, name: stdio-app, config: {model: test-model}}\n"
+        )
+        server.push(call(1, "bash", {"command": "echo y > g", "description": "a"}),
+                    call(2, "bash", {"command": "echo z > h", "description": "b"}), text("done"))
+        chat = run_dsh(["chat", "--config", "c.yml"], repo, stdin="go\n", timeout=120, **NO_PROXY)
+    assert chat.returncode == 0, chat.stderr
+    [log] = session_files(repo)
+    assert "workspace/snapshot" not in log.read_text()
+    warnings = [line for line in chat.stderr.splitlines() if "rewind" in line]
+    assert len(warnings) == 1 and "more than maxFiles (3); not snapshotted" in warnings[0], chat.stderr

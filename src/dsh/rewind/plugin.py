@@ -11,6 +11,7 @@ turn left, with ``changes {files, added, deleted}`` counted from the turn's firs
 ``dsh chat`` shows at the end of the turn). A failing snapshot (no git, an unreadable folder) is a warning, never a failed turn.
 
 Config (all optional): ``maxFileBytes`` (default 10 MiB: larger files are not kept),
+``maxFiles`` (default 100,000: a snapshot that would hash more new or changed files is skipped),
 ``readOnlyTools`` (more tool names that never change files), ``home`` (the store's parent folder;
 default ``$DSH_HOME``), ``enabled`` (default true).
 """
@@ -28,7 +29,7 @@ import msgspec
 from dsh.agent.agent import Agent
 from dsh.agent.hooks import STEP_RESULT, TURN_END, JsonMap, StepResult, TurnEnd
 from dsh.rewind.history import SNAPSHOT
-from dsh.rewind.store import DEFAULT_MAX_FILE_BYTES, GitError, ShadowStore, Snapshot
+from dsh.rewind.store import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_NEW_FILES, GitError, ShadowStore, Snapshot
 from dsh.runtime import Context
 from dsh.tools.registry import TOOLS
 
@@ -50,6 +51,7 @@ MAX_LISTED = 20  # too-big files named per event
 class Config(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     enabled: bool = True
     max_file_bytes: Annotated[int, msgspec.Meta(ge=0)] = DEFAULT_MAX_FILE_BYTES
+    max_files: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_MAX_NEW_FILES
     read_only_tools: list[str] = msgspec.field(default_factory=list)
     home: str | None = None
 
@@ -73,7 +75,7 @@ class _Snapshots:
         cwd = agent.session.header.get("cwd")
         return ShadowStore(
             cwd if isinstance(cwd, str) and cwd else ".", home=self.home,
-            max_file_bytes=self.config.max_file_bytes,
+            max_file_bytes=self.config.max_file_bytes, max_new_files=self.config.max_files,
         )
 
     async def take(self, agent: Agent, turn: int, step: int, at: str, since: str | None = None) -> str | None:

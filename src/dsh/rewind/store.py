@@ -26,6 +26,7 @@ from dsh.rewind.gitenv import ATTRIBUTES, GitError, GitRunner, ensure_private, f
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_MAX_NEW_FILES",
     "DEFAULT_RETENTION_DAYS",
     "Entry",
     "GitError",
@@ -36,6 +37,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
+# A first snapshot hashes every file (~0.5 ms each here): a home folder of a million files would
+# stall the first step for minutes, so more new files than this at once are refused.
+DEFAULT_MAX_NEW_FILES = 100_000
 DEFAULT_RETENTION_DAYS = 30
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
@@ -70,7 +74,7 @@ class ShadowStore:
 
     def __init__(
         self, workspace: str | os.PathLike[str], *, home: Path | None = None,
-        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, max_new_files: int = DEFAULT_MAX_NEW_FILES,
     ) -> None:
         self.workspace = Path(os.path.realpath(workspace))
         self.root = rewind_root(home)
@@ -78,6 +82,7 @@ class ShadowStore:
         self.dir = self.root / f"ws-{digest}"
         self.git_dir = self.dir / "git"
         self.max_file_bytes = max_file_bytes
+        self.max_new_files = max_new_files
         git = find_git()
         if git is None:
             raise GitError("git is not installed: workspace snapshots need it")
@@ -129,7 +134,13 @@ class ShadowStore:
         listed = self.git.run(["ls-files", "-z", "--others", "--modified", "--exclude-standard"])
         big: list[tuple[str, int]] = []
         nested: list[bytes] = []
-        for raw in set(listed.split(b"\0")):
+        names = set(listed.split(b"\0"))
+        if len(names) > self.max_new_files:
+            raise GitError(
+                f"{self.workspace} has {len(names)} new or changed files, more than maxFiles "
+                f"({self.max_new_files}); not snapshotted"
+            )
+        for raw in names:
             if not raw:
                 continue
             if raw.endswith(b"/"):  # a folder with its own .git: another repository, not ours
