@@ -29,7 +29,13 @@ import msgspec
 from dsh.agent.agent import Agent
 from dsh.agent.hooks import STEP_RESULT, TURN_END, JsonMap, StepResult, TurnEnd
 from dsh.rewind.history import SNAPSHOT
-from dsh.rewind.store import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_NEW_FILES, GitError, ShadowStore, Snapshot
+from dsh.rewind.store import (
+    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_NEW_FILES,
+    GitError,
+    ShadowStore,
+    Snapshot,
+)
 from dsh.runtime import Context
 from dsh.tools.registry import TOOLS
 
