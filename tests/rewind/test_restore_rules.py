@@ -31,7 +31,7 @@ def test_a_folder_swapped_for_a_symlink_is_never_written_through(tmp_path: Path)
     now = store.snapshot("s").tree
     want, left, cur = store.entries(target), store.entries(latest), store.entries(now)
     touched = store.changed_paths(target, latest)
-    with pytest.raises(Conflict, match="changed after the agent: lib/x.txt"):
+    with pytest.raises(Conflict, match=r"changed after the agent: lib/x\.txt"):
         make_plan(want, left, cur, touched, force=False)
     plan = make_plan(want, left, cur, touched, force=True)
     with pytest.raises(Conflict, match="changed after the agent: lib "):
