@@ -118,9 +118,9 @@ async def _restore(header: dict[str, Any], events: Any, args: argparse.Namespace
     if data is None:
         print(f"no file changes recorded since turn {args.to_turn}: nothing to restore")
     else:
-        restored = data["restored"]
-        shown = escape_controls(", ".join(restored[:8])) + (f" and {len(restored) - 8} more" if len(restored) > 8 else "")
-        count = f"{len(restored)} file{'s' if len(restored) != 1 else ''}"
+        restored, total = data["restored"], ops.restored_count(data)
+        shown = escape_controls(", ".join(restored[:8])) + (f" and {total - 8} more" if total > 8 else "")
+        count = f"{total} file{'s' if total != 1 else ''}"
         print(f"restored {count} to before turn {args.to_turn}{': ' + shown if restored else ''}")
     _too_big(events, args.to_turn, "left as it is")
     return data

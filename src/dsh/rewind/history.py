@@ -5,7 +5,7 @@ Owns the two log-only event types and reading them back:
 - ``workspace/snapshot`` ``{turn, step, at: "before-step" | "turn-end", tree, tooBig?: [{path,
   bytes}]}``: the workspace as a git tree id, before a step that runs a mutating tool and after a
   turn that had such a step;
-- ``workspace/rewind`` ``{toTurn, tree, before, after, restored: [path], force}``: files were put
+- ``workspace/rewind`` ``{toTurn, tree, before, after, restored: [path], restoredMore?, force}``: files were put
   back to ``tree`` (the state before turn ``toTurn``); ``before``/``after`` are the workspace just
   before and after, so a rewind is itself history (and can be rewound).
 

@@ -43,8 +43,12 @@ __all__ = [
     "fork_events",
     "gc",
     "restore_files",
+    "restored_count",
     "turn_changes",
 ]
+
+
+MAX_LISTED = 500  # restored paths named in the event
 
 
 class RewindError(Exception):
@@ -164,14 +168,23 @@ def restore_files(
         apply_plan(store, plan, want)
         after = store._write_tree().tree
         store.keep(session_id, [after])
-    return {
+    data: dict[str, Any] = {
         "toTurn": to_turn,
         "tree": target.tree,
         "before": now,
         "after": after,
-        "restored": plan.paths[:500],
+        "restored": plan.paths[:MAX_LISTED],
         "force": force,
     }
+    if len(plan.paths) > MAX_LISTED:
+        data["restoredMore"] = len(plan.paths) - MAX_LISTED
+    return data
+
+
+def restored_count(data: Mapping[str, Any]) -> int:
+    """How many files a ``workspace/rewind`` put back (the list is capped)."""
+    more = data.get("restoredMore")
+    return len(data.get("restored") or ()) + (more if isinstance(more, int) else 0)
 
 
 def fork_events(

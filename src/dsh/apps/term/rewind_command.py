@@ -92,9 +92,10 @@ async def _do(ui: UI, turn: int, choice: str, force: bool) -> None:
     data: dict[str, Any] | None = None
     if choice in ("files", "both"):
         data = await asyncio.to_thread(ops.restore_files, header, events, turn, force=force)
-        restored = data["restored"] if data else []
-        ui.say(f"restored {len(restored)} file{'s' if len(restored) != 1 else ''} to before turn {turn}"
-               + (": " + escape_controls(", ".join(restored[:8])) if restored else ""))
+        restored, total = (data["restored"], ops.restored_count(data)) if data else ([], 0)
+        more = f" and {total - 8} more" if total > 8 else ""
+        ui.say(f"restored {total} file{'s' if total != 1 else ''} to before turn {turn}"
+               + (": " + escape_controls(", ".join(restored[:8])) + more if restored else ""))
     if choice == "files":
         if data is not None:
             session.append(REWIND, data)
