@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     requests.add_argument("id", metavar="ID", help="session id (any unique prefix)")
     requests.add_argument("--step", metavar="TURN.STEP", help="only this step (e.g. 2.1)")
     requests.add_argument("--json", action="store_true", help="a JSON array, written one request at a time")
-    remove = sub.add_parser("rm", help="delete a session")
+    remove = sub.add_parser("rm", aliases=["delete"], help="delete a session and its workspace snapshots")
     remove.add_argument("id", metavar="ID", help="session id (any unique prefix)")
     remove.add_argument("--yes", action="store_true", help="do not ask")
     export = sub.add_parser("export", help="write a session as JSONL (format v0)")
@@ -193,9 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     for sub_parser in (listing, show, requests, remove, export, importing, salvage, trace):
         _store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    from dsh.apps import reminders, rewind_cmd
+
+    rewind_cmd.add_parsers(sub, _store_options, DEBUG_HELP)
     mcp_cmd.add_parser(commands, _Parser)
     _trust_parser(commands)
-    from dsh.apps import reminders
 
     reminders.add_parser(commands, _store_options)
     return parser

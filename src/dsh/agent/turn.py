@@ -19,12 +19,14 @@ from dsh.agent.hooks import (
     PROMPT_SUBMIT,
     SESSION_PREFIX,
     TURN_CONTINUATION,
+    TURN_END,
     TURN_STOP,
     AgentError,
     PreStep,
     PromptSubmit,
     SessionPrefix,
     TurnContinuation,
+    TurnEnd,
     TurnStop,
 )
 from dsh.agent.step import StepRunner
@@ -152,9 +154,18 @@ class TurnRunner:
                 self.ctx.emit(AGENT_ERROR, AgentError(agent, turn, step, exc))
         finally:
             state.step_controller = None
+        await self._turn_end(agent, turn, step, reason)
         session.append("turn/end", turn_end(turn, reason))
         await flush_turn(self.ctx, agent, turn, step)
         return terminal
+
+    async def _turn_end(self, agent: Agent, turn: int, step: int, reason: TurnEndReason | None) -> None:
+        """``agent/turn-end`` listeners; a failing one is reported and the turn still ends."""
+        try:
+            await self.ctx.serial(TURN_END, TurnEnd(agent, turn, step, dict(reason or {})))
+        except Exception as exc:
+            log.warning('agent "%s": turn %s: a turn-end listener failed: %s', agent.id, turn, exc)
+            self.ctx.emit(AGENT_ERROR, AgentError(agent, turn, step, exc))
 
     async def _submit_prompts(self, agent: Agent, batch: list[QueuedMessage]) -> TurnEndReason | None:
         allowed = 0

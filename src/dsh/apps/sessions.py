@@ -332,7 +332,7 @@ async def requests(store: SessionStore, args: argparse.Namespace) -> int:
 
 
 async def remove(store: SessionStore, args: argparse.Namespace) -> int:
-    await store.read(args.id)  # a clear "not found" before asking
+    stored = await store.read(args.id)  # a clear "not found" before asking
     if not args.yes:
         if not sys.stdin.isatty():
             raise UsageError(f'refusing to remove session "{args.id}" without --yes (stdin is not a terminal)')
@@ -341,7 +341,10 @@ async def remove(store: SessionStore, args: argparse.Namespace) -> int:
             print("kept")
             return 0
     await store.remove(args.id)
-    print(f"removed {args.id}")
+    from dsh.rewind.ops import delete_snapshots  # git runs only for a session being removed
+
+    snapshots = await asyncio.to_thread(delete_snapshots, stored.header)
+    print(f"removed {args.id}" + (f" and its {snapshots} workspace snapshots" if snapshots else ""))
     return 0
 
 

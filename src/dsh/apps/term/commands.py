@@ -1,7 +1,7 @@
 """Slash commands of terminal mode, and their completion.
 
 ``/help``, ``/exit`` (``/quit``), ``/compact``, ``/model NAME``, ``/clear``, ``/resume [N|ID]``,
-``/usage``. An unknown ``/x`` is an error line and never reaches the model; a line starting with
+``/usage``, ``/rewind`` (:mod:`dsh.apps.term.rewind_command`). An unknown ``/x`` is an error line and never reaches the model; a line starting with
 ``//`` is sent with one slash removed.
 """
 
@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "/clear": "start a new session (the current one stays stored)",
     "/resume": "/resume: list this folder's sessions; /resume N or ID: switch to one",
     "/usage": "tokens in, out and cached, and their cost, over this session",
+    "/rewind": "/rewind: list the turns; /rewind N: restore files and/or conversation to before turn N",
 }
 
 
@@ -44,6 +45,7 @@ class UI(Protocol):
     def error(self, text: str) -> None: ...
     def leave(self) -> None: ...
     def show_history(self) -> None: ...
+    async def ask(self, question: str) -> str: ...
 
 
 class SlashCompleter(Completer):
@@ -119,6 +121,10 @@ async def run(ui: UI, line: str) -> None:
         await _resume(ui, arg)
     elif command == "/usage":
         _usage(ui)
+    elif command == "/rewind":
+        from dsh.apps.term.rewind_command import rewind
+
+        await rewind(ui, arg)
     else:
         ui.error(f"unknown command {escape_controls(command)} (try /help; start a line with // to send it as text)")
 

@@ -77,6 +77,15 @@ def usage_line(
     return " · ".join(parts)
 
 
+def changes_line(changes: Any) -> str | None:
+    """``3 files changed, +12 −4 · /rewind to undo`` from a turn-end snapshot's ``changes``."""
+    if not isinstance(changes, dict) or not changes.get("files"):
+        return None
+    files = changes["files"]
+    return (f"{files} file{'s' if files != 1 else ''} changed, +{changes.get('added', 0)} "
+            f"−{changes.get('deleted', 0)} · /rewind to undo")
+
+
 def header_model(event: Event) -> str | None:
     header = event.data.get("header") if isinstance(event.data, dict) else None
     config = header.get("config") if isinstance(header, dict) else None
@@ -124,6 +133,7 @@ class TranscriptView:
         self.streaming = False
         self._blocks_shown = 0  # Markdown blocks of the current reply already printed
         prewarm()  # the price table loads off the UI thread, before the first turn ends
+        self._changes: str | None = None  # the turn's workspace summary (rewind plugin)
 
     @property
     def live(self) -> str:
@@ -182,6 +192,8 @@ class TranscriptView:
                 self.line(self.style.dim(reminder))
         elif kind == "todo/write":
             self._todo(data.get("todos"))
+        elif kind == "workspace/snapshot":
+            self._changes = changes_line(data.get("changes"))
         elif kind == "step/end":
             self.waiting = self.streaming = False
         elif kind == "turn/end":
@@ -195,7 +207,9 @@ class TranscriptView:
             if self._usages or ending is None:
                 cost = usage_cost(self._calls)
                 self.line(self.style.dim(usage_line(self.model, data.get("turn"), self._usages, seconds, cost)))
-            self._started = None
+            if self._changes:
+                self.line(self.style.dim(self._changes))
+            self._started = self._changes = None
 
     def _chunk(self, chunk: dict[str, Any]) -> None:
         ctype = chunk.get("type")
