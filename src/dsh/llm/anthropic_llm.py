@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dsh._extras import missing_extra
+from dsh._redact import redact_url
 from dsh._secrets import register_secret_env
 from dsh.llm import catalog
 from dsh.llm._adapter import SdkAdapter, mount, plugin_config
@@ -91,7 +92,7 @@ class AnthropicAdapter(SdkAdapter[Translator]):
         )
 
     def __repr__(self) -> str:  # never show the key
-        return f"AnthropicAdapter(base_url={self.base_url!r})"
+        return f"AnthropicAdapter(base_url={redact_url(self.base_url)!r})"
 
     async def aclose(self) -> None:
         await self.client.close()
