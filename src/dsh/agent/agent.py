@@ -174,6 +174,11 @@ class AgentDisposedError(RuntimeError):
 @dataclass
 class AgentOptions:
     model: str | None = None
+    # A delegated child's own system prompt (replaces the rendered sections) and tool filter
+    # (only these tool names; ``None``: every tool); ``label`` names it to the person.
+    system: str | None = None
+    tools: frozenset[str] | None = None
+    label: str | None = None
 
 
 def _snapshot_message(content: Content, source: Mapping[str, object] | None) -> QueuedMessage:
