@@ -26,6 +26,7 @@ from dsh.llm.openai_config import DEFAULT_MODELS
 from dsh.llm.service import LLM
 from dsh.persistence.base import StoreError
 from dsh.plugins.schedule.plugin import SCHEDULE
+from dsh.plugins.subagent.lineage import is_child_header
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_plugins
 
@@ -37,7 +38,7 @@ async def newest_session_here(args: argparse.Namespace) -> str:
     try:
         here = os.getcwd()
         for info in await store.list():
-            if info.header.get("cwd") == here:
+            if info.header.get("cwd") == here and not is_child_header(info.header):
                 return info.id
     finally:
         await ctx.dispose()

@@ -80,6 +80,7 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         PluginEntry(id="agent-instructions", name="agent-instructions"),
         PluginEntry(id="time-context", name="time-context", config=dict(DEFAULT_TIME_CONTEXT)),
         PluginEntry(id="schedule", name="schedule"),
+        PluginEntry(id="subagent", name="subagent"),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),
     ]
