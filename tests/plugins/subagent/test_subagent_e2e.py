@@ -107,3 +107,13 @@ def test_parent_delegates_a_file_search_to_a_child_session(tmp_path: Path) -> No
         assert len(json.loads(requests.stdout)) == steps
     rebuilt = json.loads(run_dsh(["sessions", "requests", child_id, "--json"], cwd, **env).stdout)
     assert rebuilt[0]["system"].startswith(CHILD_MARK)
+    # Seeing it: the child under its parent, the links both ways, the whole tree.
+    listed = run_dsh(["sessions", "list"], cwd, **env).stdout.splitlines()
+    ids = [line.split()[0] if not line.startswith("└") else "└ " + line.split()[1] for line in listed[1:] if line.strip()]
+    assert ids[:2] == [parent_id, "└ " + child_id]
+    shown_parent = run_dsh(["sessions", "show", parent_id], cwd, **env).stdout
+    assert f"subagent session {child_id}  general-purpose: find the notes (call p-sub, depth 1)" in shown_parent
+    shown_child = run_dsh(["sessions", "show", child_id], cwd, **env).stdout
+    assert f"delegated by session {parent_id} (call p-sub, depth 1)" in shown_child
+    tree = run_dsh(["sessions", "show", child_id, "--tree"], cwd, **env).stdout.splitlines()
+    assert tree == [parent_id, f"└─ {child_id}  general-purpose: find the notes (call p-sub, depth 1) (this session)"]
