@@ -15,6 +15,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -43,6 +44,9 @@ class AgentDefinition:
     tools: tuple[str, ...] | None = None
     model: str | None = None
     path: str | None = None
+    # Library targets (``dsh.Agent(subagents=...)``, ``agent.as_tool``): tools the child alone
+    # sees (registered for its agent id), which are then its whole tool set.
+    own_tools: tuple[Any, ...] = ()
 
 
 def _tools(value: object, path: Path) -> tuple[str, ...] | None:

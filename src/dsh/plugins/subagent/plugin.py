@@ -50,7 +50,7 @@ def _text(text: str) -> list[ContentBlock]:
 
 
 def subagent_tool(
-    service: SubagentService,
+    service: SubagentService | None,
     definitions: Sequence[AgentDefinition],
     *,
     tool_name: str = "subagent",
@@ -58,7 +58,10 @@ def subagent_tool(
     description: str | None = None,
     fixed: AgentDefinition | None = None,
 ) -> Tool:
-    """The delegation tool over ``definitions`` (or always ``fixed``: ``agent.as_tool``)."""
+    """The delegation tool over ``definitions`` (or always ``fixed``: ``agent.as_tool``).
+
+    Without ``service`` the calling agent's composition provides it (``SUBAGENTS``).
+    """
     by_name = {d.name: d for d in definitions}
     listed = [] if fixed is not None else list(definitions)
 
@@ -66,6 +69,9 @@ def subagent_tool(
         parent = call.agent
         if parent is None or not hasattr(parent, "session"):
             raise ToolError("subagent tool requires a calling agent")
+        runs = service if service is not None else parent.ctx.get(SUBAGENTS)
+        if runs is None:
+            raise ToolError("subagents unavailable: this composition mounts no subagent service")
         kind = args.get("subagent_type")
         definition = fixed
         if fixed is None and kind not in (None, GENERAL_PURPOSE):
@@ -77,17 +83,17 @@ def subagent_tool(
         if args.get("run_in_background") is True:
             if background is None:
                 raise ToolError("run_in_background is disabled for this tool instance (enableRunInBackground: false)")
-            service.check_depth(parent)
-            job_id = background.start(service, parent, call.call_id, prompt, label, definition)
+            runs.check_depth(parent)
+            job_id = background.start(runs, parent, call.call_id, prompt, label, definition)
             return ToolResult(content=_text(f"started background subagent task {job_id}"), meta={"jobId": job_id})
-        outcome = await service.run(parent, call.call_id, prompt, label, definition, call.signal)
+        outcome = await runs.run(parent, call.call_id, prompt, label, definition, call.signal)
         meta = {"childSessionId": outcome.session_id, "agent": definition.name if definition else GENERAL_PURPOSE}
         return ToolResult(content=_text(outcome.model_text), is_error=outcome.reason != "completed", meta=meta)
 
     return define_tool(
         name=tool_name,
         description=description or tool_description(listed, background=background is not None),
-        parameters=parameters(listed, background=background is not None),
+        parameters=parameters(listed, background=background is not None and fixed is None),
         execute=execute,
         concurrency_safe=True,
     )

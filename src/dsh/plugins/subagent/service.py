@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from dsh.agent.agent import Agent, AgentOptions
 from dsh.agent.loop import AGENT_LOOP
+from dsh.llm.service import LLM
 from dsh.persistence.base import SESSION_STORE, SessionStore, StoreError
 from dsh.plugins.subagent.definitions import AgentDefinition
 from dsh.plugins.subagent.lineage import LINK_EVENT, depth_of
@@ -59,6 +60,7 @@ class Child:
     started: float = field(default_factory=time.monotonic)
     tool: str | None = None
     done: bool = False
+    cleanup: list[Callable[[], None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,8 @@ class SubagentService:
         return child_depth
 
     def _tools(self, parent: Agent, definition: AgentDefinition | None) -> frozenset[str]:
+        if definition is not None and definition.own_tools:
+            return frozenset(t.name for t in definition.own_tools)
         visible = set(self._ctx.require(TOOLS).names(agent_id=parent.id)) - CHILD_EXCLUDED
         if parent.options.tools is not None:
             visible &= parent.options.tools  # a child never gets a tool its parent lacks
@@ -125,7 +129,11 @@ class SubagentService:
 
     def _model(self, parent: Agent, definition: AgentDefinition | None) -> str | None:
         if definition is not None and definition.model:
-            return definition.model
+            llm = self._ctx.get(LLM)
+            if llm is None or llm.has_model(definition.model):
+                return definition.model
+            # Claude Code's "sonnet"/"opus" name no model served here: the parent's serves.
+            log.info('subagent "%s": model "%s" is not served here; using the parent\'s', definition.name, definition.model)
         header = parent.last_request_header or {}
         config = header.get("config")
         model = config.get("model") if isinstance(config, Mapping) else None
@@ -182,6 +190,9 @@ class SubagentService:
              "origin": "subagent", "agent": name, "description": description},
         )
         child = Child(name, description, agent, parent, call_id)
+        registry = self._ctx.require(TOOLS)
+        for own in definition.own_tools if definition is not None else ():
+            child.cleanup.append(registry.register(own, agent_id=agent.id))
         self.running[session_id] = child
         if on_start is not None:
             on_start(session_id)
@@ -206,6 +217,8 @@ class SubagentService:
         try:
             await child.agent.dispose()
         finally:
+            for undo in child.cleanup:
+                undo()
             self.running.pop(child.agent.session.id, None)
             self._ctx.emit(CHILD_ENDED, ChildEvent(child))
 
