@@ -10,7 +10,13 @@ from typing import Any
 import dsh
 from dsh.persistence.jsonl import JsonlStore
 from tests.llm.sse_server import Reply
-from tests.plugins.subagent.support import RoutedServer, call_reply, system_of, text_reply, tool_messages
+from tests.plugins.subagent.support import (
+    RoutedServer,
+    call_reply,
+    system_of,
+    text_reply,
+    tool_messages,
+)
 
 RESEARCHER = "You are a researcher subagent. Use lookup."
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 
+from dsh.plugins.subagent.lineage import label_of
 from dsh.runtime import Context
 from dsh.tools.workspace.approval import APPROVAL, ApprovalOutcome, ApprovalRequest
 
@@ -35,8 +36,10 @@ def describe(request: ApprovalRequest) -> str:
         args = repr(request.arguments)
     if len(args) > _MAX_ARGS:
         args = args[:_MAX_ARGS] + f"… ({len(args)} chars)"
+    label = label_of(request.agent)
+    by = f" (asked by {label})" if label else ""
     return _escape(
-        f"approval needed: {request.tool_name}\n  why:  {request.reason}\n  args: {args}"
+        f"approval needed: {request.tool_name}{by}\n  why:  {request.reason}\n  args: {args}"
     )
 
 

@@ -4,7 +4,6 @@ nothing committed is lost, and nothing of the child keeps running."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -83,7 +82,7 @@ def test_kill_9_mid_child_tool_leaves_both_sessions_repairable(tmp_path: Path) -
         parents, children = split(before)
         assert len(parents) == 1 and len(children) == 1
         parent_id, child_id = parents[0], children[0]
-        resumed = run_dsh(args + ["--continue"], cwd, stdin="and now?\n", timeout=60, **env)
+        resumed = run_dsh([*args, "--continue"], cwd, stdin="and now?\n", timeout=60, **env)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed fine" in resumed.stdout
     after = stored_sessions(cwd)

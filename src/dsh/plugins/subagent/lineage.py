@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["LINK_EVENT", "depth_of", "is_child_header", "link_of"]
+__all__ = ["LINK_EVENT", "delegation_root", "depth_of", "is_child_header", "label_of", "link_of"]
 
 LINK_EVENT: Final = "subagent/link"
 
@@ -36,3 +36,30 @@ def depth_of(session: Any) -> int:
     link = link_of(session)
     depth = link.get("delegationDepth") if link is not None else None
     return depth if isinstance(depth, int) and depth >= 0 else 0
+
+
+def delegation_root(agent: Any) -> tuple[Any, str | None]:
+    """The top-level agent a (live) child works for, and the root's tool call that started the
+    chain (``None`` for a top-level agent): a child's approval questions are asked there."""
+    call_id: str | None = None
+    seen = 0
+    while seen < 64:
+        link = getattr(getattr(agent, "options", None), "delegated_by", None)
+        if link is None:
+            break
+        agent, call_id = link
+        seen += 1
+    return agent, call_id
+
+
+def label_of(agent: Any) -> str | None:
+    """``subagent reviewer`` (nested: ``subagent a › b``) for a child, ``None`` for a top-level agent."""
+    names: list[str] = []
+    while True:
+        options = getattr(agent, "options", None)
+        link = getattr(options, "delegated_by", None)
+        if link is None or len(names) >= 64:
+            break
+        names.append(str(getattr(options, "label", None) or "subagent"))
+        agent = link[0]
+    return "subagent " + " › ".join(reversed(names)) if names else None

@@ -174,6 +174,7 @@ class SubagentService:
             system=definition.prompt if definition is not None and definition.prompt else GENERAL_SYSTEM,
             tools=self._tools(parent, definition),
             label=name,
+            delegated_by=(parent, call_id),
         )
         session_id = f"subagent-{uuid.uuid4()}"
         agent = self._ctx.require(AGENT_LOOP).create(
