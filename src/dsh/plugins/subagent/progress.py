@@ -26,6 +26,8 @@ class Activity:
     label: str
     text: str
     done: bool
+    what: str
+    started: float
 
 
 def child_activity(ctx: Context, session_id: str, event: Any) -> Activity | None:
@@ -47,4 +49,6 @@ def child_activity(ctx: Context, session_id: str, event: Any) -> Activity | None
         return None
     root, call_id = delegation_root(child.agent)
     label = (label_of(child.agent) or "subagent").removeprefix("subagent ")
-    return Activity(str(root.session.id), call_id or child.call_id, label, f"{label} · {what} · {elapsed}", done)
+    return Activity(
+        str(root.session.id), call_id or child.call_id, label, f"{label} · {what} · {elapsed}", done, what, child.started
+    )
