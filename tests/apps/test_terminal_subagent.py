@@ -10,7 +10,15 @@ import pytest
 
 from tests.apps.pty_screen import Terminal
 from tests.llm.sse_server import Reply
-from tests.plugins.subagent.support import CHILD_MARK, NO_PROXY, RoutedServer, call_reply, system_of, text_reply, tool_messages
+from tests.plugins.subagent.support import (
+    CHILD_MARK,
+    NO_PROXY,
+    RoutedServer,
+    call_reply,
+    system_of,
+    text_reply,
+    tool_messages,
+)
 
 pytestmark = [pytest.mark.pty, pytest.mark.slow]
 

@@ -12,7 +12,14 @@ import pytest
 
 from tests.apps.acp.acp_support import dsh_acp, initialize, stderr_of, text
 from tests.llm.sse_server import Reply
-from tests.plugins.subagent.support import CHILD_MARK, RoutedServer, call_reply, system_of, text_reply, tool_messages
+from tests.plugins.subagent.support import (
+    CHILD_MARK,
+    RoutedServer,
+    call_reply,
+    system_of,
+    text_reply,
+    tool_messages,
+)
 
 pytestmark = pytest.mark.slow
 
