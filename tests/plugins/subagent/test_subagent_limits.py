@@ -138,9 +138,7 @@ def test_a_trusted_project_reviewer_cannot_call_bash(tmp_path: Path) -> None:
     assert "- reviewer: Reviews code for bugs" in subagent["description"]
     child = [b for b in bodies if "subagent reviewer" in system_of(b)]
     assert {t["function"]["name"] for t in child[0]["tools"]} == {"read", "grep"}
-    assert child[-1]["messages"][-2]["content"] == 'Error: unknown tool "bash"' or any(
-        m.get("content") == 'Error: unknown tool "bash"' for m in tool_messages(child[-1])
-    )
+    assert [m["content"] for m in tool_messages(child[-1])] == ['Error: unknown tool "bash"']
     assert not (cwd / "pwned.txt").exists()
 
 
