@@ -105,7 +105,12 @@ def _user_folders(home: Path | None) -> list[Path]:
 
 def _read_user(folder: Path) -> list[AgentDefinition]:
     found = []
-    for path in sorted(folder.glob("*.md")) if folder.is_dir() else ():
+    try:
+        paths = sorted(folder.glob("*.md")) if folder.is_dir() else []
+    except OSError as exc:  # a home this user may not read (HOME=/root under setpriv): none
+        log.debug("%s: cannot list agent definitions: %s", folder, exc)
+        paths = []
+    for path in paths:
         try:
             found.append(parse(path, path.read_bytes()))
         except (ConfigError, OSError) as exc:
@@ -126,7 +131,7 @@ def discover(cwd: Path, *, home: Path | None = None, project: bool = True) -> li
     if project:
         try:
             files = project_files(cwd, [KIND])
-        except ConfigError as exc:
+        except (ConfigError, OSError) as exc:
             log.warning("%s", exc)
             files = []
         for file in files:
