@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 from tests.apps.conftest import run_dsh
 from tests.llm.sse_server import Reply
-from tests.plugins.subagent.support import NO_PROXY, RoutedServer, call_reply, text_reply, tool_messages
+from tests.plugins.subagent.support import (
+    NO_PROXY,
+    RoutedServer,
+    call_reply,
+    text_reply,
+    tool_messages,
+)
 
 pytestmark = pytest.mark.slow
 
