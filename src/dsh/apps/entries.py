@@ -1,7 +1,7 @@
 """What the command-line flags select: ``dsh chat``'s plugin entries, and the session store.
 
 Owns the built-in default composition (``mock-echo`` or ``openai-llm``, ``echo-tool``, the
-workspace tools, MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, JSONL
+workspace tools, MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, ``subagent``, JSONL
 sessions under ``$DSH_HOME/sessions``, ``stdio-app``), the overrides flags apply to a
 ``--config`` composition (``--model``, ``--root``, ``--store``, ``--system``, ``--resume``,
 ``--sandbox``, ``--approval``, ``--timeout``, ``--time-zone``), and the refusal of flags the chosen store would
