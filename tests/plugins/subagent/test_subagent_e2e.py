@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from tests.apps.conftest import run_dsh
-from tests.llm.sse_server import Reply
+from tests.llm.sse_server import Reply, chunk
 from tests.plugins.subagent.support import (
     CHILD_MARK,
     NO_PROXY,
@@ -117,3 +117,37 @@ def test_parent_delegates_a_file_search_to_a_child_session(tmp_path: Path) -> No
     assert f"delegated by session {parent_id} (call p-sub, depth 1)" in shown_child
     tree = run_dsh(["sessions", "show", child_id, "--tree"], cwd, **env).stdout.splitlines()
     assert tree == [parent_id, f"└─ {child_id}  general-purpose: find the notes (call p-sub, depth 1) (this session)"]
+
+
+def failing_route(body: dict[str, Any]) -> Reply:
+    done = len(tool_messages(body))
+    if CHILD_MARK in system_of(body):
+        if done == 0:
+            return call_reply_with_text("partial progress", "c-glob", "glob", {"pattern": "*"})
+        return Reply.error(400, "the child's model broke")
+    if done == 0:
+        return call_reply([("p-sub", "subagent", {"description": "fail", "prompt": "try"})])
+    return text_reply("parent saw the failure")
+
+
+def call_reply_with_text(text: str, call_id: str, name: str, args: dict[str, Any]) -> Reply:
+    return Reply.sse([
+        chunk(content=text),
+        chunk(tool_calls=[{"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]),
+        chunk(finish="tool_calls"),
+    ])
+
+
+def test_a_failed_child_is_an_error_that_keeps_its_partial_text(tmp_path: Path) -> None:
+    cwd = _project(tmp_path)
+    with RoutedServer(failing_route) as server:
+        result = run_dsh(["chat", "--base-url", server.base_url, "--model", "m"], cwd, stdin="go\n", timeout=90,
+                         **_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    sessions = stored_sessions(cwd)
+    parents, children = split(sessions)
+    result_event = next(e for e in sessions[parents[0]][1] if e["type"] == "tool/result")
+    assert result_event["data"]["content"] == [{"type": "text", "text": "Error: subagent run failed\n\npartial progress"}]
+    assert result_event["data"]["isError"] is True
+    ends = [e["data"]["reason"]["kind"] for e in sessions[children[0]][1] if e["type"] == "turn/end"]
+    assert ends == ["error"]
