@@ -47,6 +47,8 @@ async def test_child_activity_and_approval_reach_the_editor(tmp_path: Path) -> N
             sid = (await conn.new_session(cwd=str(ws), mcp_servers=[])).session_id
             reply = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[text("go")]), 60)
             assert reply.stop_reason == "end_turn", stderr_of(log)
+            listed = await asyncio.wait_for(conn.list_sessions(cwd=str(ws)), 30)
+            assert [s.session_id for s in listed.sessions] == [sid]  # the child is not an editor session
     assert outside.read_text() == "from the child\n"
     assert len(rec.asked) == 1
     asked = rec.asked[0]

@@ -49,6 +49,7 @@ from dsh.apps.acp.permissions import ClientAsker
 from dsh.apps.acp.replay import replay
 from dsh.apps.acp.wire import StdioTransport, WireMessage, claim_stdout
 from dsh.persistence.base import SESSION_STORE, StoreError
+from dsh.plugins.subagent.lineage import is_child_header
 from dsh.plugins.subagent.progress import child_activity
 from dsh.runtime import Context
 from dsh.session import Event, Session
@@ -313,7 +314,11 @@ class DshAcpAgent:
             start = int(cursor) if cursor else 0
         except ValueError:
             raise invalid_params(f'bad cursor "{cursor}": pass the nextCursor of the previous page') from None
-        infos = [i for i in await store.list() if cwd is None or i.header.get("cwd") == cwd]
+        # A subagent's session belongs to its parent's conversation, not to the editor's list.
+        infos = [
+            i for i in await store.list()
+            if (cwd is None or i.header.get("cwd") == cwd) and not is_child_header(i.header)
+        ]
         page = infos[start : start + LIST_PAGE]
         sessions = []
         for info in page:
