@@ -88,3 +88,36 @@ def test_subagent_listing_in_the_tool_description() -> None:
     tool = researcher.as_tool(name="research", description="Research a topic")
     assert tool.description == "Research a topic"
     assert json.dumps(tool.parameters["required"]) == '["description", "prompt"]'
+
+
+async def test_resuming_a_parent_repairs_its_crash_cut_child(tmp_path: Path) -> None:
+    from dsh.session import Session
+    from dsh.session.vocab import step_boundary, turn_end, turn_start
+
+    root = tmp_path / "sessions"
+    store = JsonlStore(root)
+    parent = Session("parent-1", header={"version": 0, "id": "parent-1", "createdAt": 1, "cwd": str(tmp_path)})
+    child_header = {"version": 0, "id": "subagent-x", "createdAt": 2, "cwd": str(tmp_path),
+                    "parentSession": "parent-1", "seedLength": 0}
+    parent.append("turn/start", turn_start(1, "message", {"kind": "user"}))
+    parent.append("user/message", {"content": [{"type": "text", "text": "go"}], "source": {"kind": "user"}}, surface_op="append")
+    parent.append("turn/end", turn_end(1, {"kind": "completed"}))
+    child = Session("subagent-x", header=child_header)
+    child.append("subagent/link", {"parentSession": "parent-1", "parentCallId": "p-1", "delegationDepth": 1,
+                                   "origin": "subagent", "agent": "general-purpose", "description": "d"})
+    child.append("turn/start", turn_start(1, "message", {"kind": "user"}))
+    child.append("user/message", {"content": [{"type": "text", "text": "work"}], "source": {"kind": "user"}}, surface_op="append")
+    child.append("step/start", step_boundary(1, 1))
+    for session in (parent, child):
+        await store.create(dict(session.header))
+        await store.append(session.id, list(session.events))
+    await store.close()
+    researcher = dsh.Agent(name="researcher")
+    async with dsh.Agent(store=str(root), subagents=[researcher]) as agent:
+        result = await agent.run("hello", session_id="parent-1")
+    assert result.reason == {"kind": "completed"}
+    store = JsonlStore(root)
+    repaired = await store.read("subagent-x")
+    assert [e.type for e in repaired.events][-2:] == ["step/end", "turn/end"]
+    assert repaired.events[-1].data["reason"] == {"kind": "interrupted"}
+    await store.close()

@@ -17,7 +17,7 @@ from typing import Any
 from dsh.llm.service import LLM
 from dsh.llm.types import LlmError
 from dsh.plugins.subagent.definitions import AgentDefinition
-from dsh.plugins.subagent.plugin import subagent_tool
+from dsh.plugins.subagent.plugin import repair_on_resume, subagent_tool
 from dsh.plugins.subagent.service import GENERAL_SYSTEM, SUBAGENTS, SubagentService
 from dsh.runtime import Context
 from dsh.tools.registry import TOOLS
@@ -58,6 +58,7 @@ def mount(ctx: Context, subagents: Sequence[Any], agent_tools: Sequence[Any], *,
     """Provide the delegation service and, with ``subagents``, the ``subagent`` tool over them."""
     if not ctx.has(SUBAGENTS):
         ctx.provide(SUBAGENTS, SubagentService(ctx, max_depth=max_depth, max_parallel=max_parallel))
+        repair_on_resume(ctx)
     _serve_models(ctx, [*subagents, *agent_tools])
     if subagents:
         definitions = [definition_of(a) for a in subagents]

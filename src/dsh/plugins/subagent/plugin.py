@@ -29,7 +29,7 @@ from dsh.runtime import Context
 from dsh.tools.registry import TOOLS
 from dsh.tools.types import ContentBlock, Tool, ToolCall, ToolError, ToolResult, define_tool
 
-__all__ = ["Config", "apply", "inject", "name", "subagent_tool"]
+__all__ = ["Config", "apply", "inject", "name", "repair_on_resume", "subagent_tool"]
 
 name = "subagent"
 inject = ["tools", "agents", "agent_loop"]
@@ -111,10 +111,10 @@ async def apply(ctx: Context, config: Config) -> None:
         ctx.defer(background.dispose)
     tool = subagent_tool(service, definitions, tool_name=config.tool_name, background=background)
     ctx.defer(ctx.require(TOOLS).register(tool))
-    _repair_on_resume(ctx)
+    repair_on_resume(ctx)
 
 
-def _repair_on_resume(ctx: Context) -> None:
+def repair_on_resume(ctx: Context) -> None:
     """A resumed top-level session's children get their crash-cut turns closed."""
     pending: set[asyncio.Task[list[str]]] = set()
 
