@@ -4,26 +4,29 @@ nothing committed is lost, and nothing of the child keeps running."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.apps.conftest import dsh_env, run_dsh
+from tests.apps.conftest import bucket, dsh_env
 from tests.llm.sse_server import Reply
 from tests.plugins.subagent.support import (
     CHILD_MARK,
     NO_PROXY,
     RoutedServer,
     call_reply,
+    events_of,
     split,
-    stored_sessions,
     system_of,
     text_reply,
     tool_messages,
 )
+from tests.trust.test_plain_user import _as_user
 
 pytestmark = [pytest.mark.slow, pytest.mark.sigkill]
 
@@ -52,16 +55,29 @@ def _sleepers() -> list[int]:
     return found
 
 
-def test_kill_9_mid_child_tool_leaves_both_sessions_repairable(tmp_path: Path) -> None:
-    cwd = tmp_path / "project"
+def _scenario(base: Path, prefix: list[str]) -> None:
+    cwd = base / "project"
     cwd.mkdir()
-    home = tmp_path / "home"
+    home = base / "home"
     home.mkdir()
-    env = {"HOME": str(home), **NO_PROXY}
+    root = base / "sessions"
+    env = {"HOME": str(home), "DSH_HOME": str(home / "dsh"), **NO_PROXY}
+    if prefix:
+        uid, gid = int(prefix[1].split("=")[1]), int(prefix[2].split("=")[1])
+        for path in [base, *base.rglob("*")]:
+            os.chown(path, uid, gid)
+
+    def sessions() -> dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]:
+        out = {}
+        for path in sorted(bucket(root, cwd).glob("*.jsonl")):
+            header, events = events_of(path)
+            out[header["id"]] = (header, events)
+        return out
+
     with RoutedServer(_route) as server:
-        args = ["chat", "--base-url", server.base_url, "--model", "m"]
+        args = ["chat", "--base-url", server.base_url, "--model", "m", "--root", str(root)]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "dsh", *args], cwd=cwd, env=dsh_env(**env),
+            [*prefix, sys.executable, "-m", "dsh", *args], cwd=cwd, env=dsh_env(**env),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         assert proc.stdin is not None
@@ -72,7 +88,7 @@ def test_kill_9_mid_child_tool_leaves_both_sessions_repairable(tmp_path: Path) -
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             assert time.monotonic() < deadline, "the child's tool never started"
             time.sleep(0.05)
-        before = stored_sessions(cwd)
+        before = sessions()
         proc.kill()
         proc.wait(timeout=10)
         proc.stdin.close()
@@ -82,10 +98,13 @@ def test_kill_9_mid_child_tool_leaves_both_sessions_repairable(tmp_path: Path) -
         parents, children = split(before)
         assert len(parents) == 1 and len(children) == 1
         parent_id, child_id = parents[0], children[0]
-        resumed = run_dsh([*args, "--continue"], cwd, stdin="and now?\n", timeout=60, **env)
+        resumed = subprocess.run(
+            [*prefix, sys.executable, "-m", "dsh", *args, "--continue"], cwd=cwd, env=dsh_env(**env),
+            input="and now?\n", capture_output=True, text=True, timeout=60,
+        )
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed fine" in resumed.stdout
-    after = stored_sessions(cwd)
+    after = sessions()
     assert set(after) == {parent_id, child_id}  # --continue took the parent, not the child
     for sid in (parent_id, child_id):
         kept = before[sid][1]
@@ -102,9 +121,21 @@ def test_kill_9_mid_child_tool_leaves_both_sessions_repairable(tmp_path: Path) -
     assert child_result["data"]["content"] == [{"type": "text", "text": CRASH_TEXT}]
     assert child_events[-1]["type"] == "turn/end"
     assert child_events[-1]["data"]["reason"] == {"kind": "interrupted"}
-    # A second pass repairs nothing more; the child's command is gone.
-    assert run_dsh(["sessions", "show", child_id], cwd, **env).returncode == 0
     deadline = time.monotonic() + 5
     while _sleepers() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _sleepers() == []
+
+
+def test_kill_9_mid_child_tool_leaves_both_sessions_repairable(tmp_path: Path) -> None:
+    _scenario(tmp_path, [])
+
+
+def test_kill_9_mid_child_tool_as_a_plain_user() -> None:
+    prefix = _as_user()
+    # pytest's tmp_path sits under a 0700 root folder a plain user cannot traverse.
+    base = Path(tempfile.mkdtemp(prefix="dsh-subagent-user-"))
+    try:
+        _scenario(base, prefix)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
