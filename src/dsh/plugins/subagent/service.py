@@ -209,7 +209,7 @@ class SubagentService:
             raise
         finally:
             stop()
-        reason, text = _final_text(agent.session, 1)
+        reason, text = _final_text(agent.session, agent.session.last_turn)
         await self._finish(child)
         return ChildOutcome(session_id, reason, text)
 
