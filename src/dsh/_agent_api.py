@@ -149,6 +149,9 @@ class Agent:
         max_steps_per_turn: int | None = None,
         plugins: Sequence[PluginSpec] = (),
         rewind: bool | Mapping[str, object] = False,
+        subagents: Sequence[Agent] = (),
+        name: str | None = None,
+        description: str | None = None,
     ) -> None:
         for t in tools:
             if not isinstance(t, Tool):
@@ -174,10 +177,23 @@ class Agent:
         self.max_steps_per_turn = max_steps_per_turn
         self.plugins = tuple(plugins)
         self.rewind_config = rewind
+        for sub in subagents:
+            if not isinstance(sub, Agent):
+                raise TypeError(f"subagents: expected dsh.Agent objects, got {type(sub).__name__}")
+        self.subagents = tuple(subagents)
+        self.name = name
+        self.description = description
         self._runtime: _Runtime | None = None
 
     def __repr__(self) -> str:
         return f"dsh.Agent(model={self.model_name!r}, tools={[t.name for t in self.tools]!r})"
+
+    def as_tool(self, *, name: str, description: str) -> Tool:
+        """A ``name`` tool another agent calls to delegate a task to this agent; each call runs
+        this agent as a child session in the caller's store and returns its final text."""
+        from dsh.plugins.subagent.library import as_tool
+
+        return as_tool(self, name, description)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -362,6 +378,11 @@ class Agent:
             await ctx.plugin(plugin, config)
         if self.rewind_config is not False:
             await mount_rewind(ctx, None if self.rewind_config is True else self.rewind_config)
+        from dsh.plugins.subagent import library
+
+        agent_tools = [a for a in map(library.agent_of, self.tools) if a is not None]
+        if self.subagents or agent_tools:
+            library.mount(ctx, self.subagents, agent_tools)
 
     async def _mount_model(self, ctx: Context, model: str) -> None:
         if model == ECHO_MODEL and self.base_url is None:

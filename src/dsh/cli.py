@@ -171,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--events", action="store_true", help="every raw event")
     show.add_argument("--json", action="store_true", help="the durable log verbatim")
     show.add_argument("--follow", action="store_true", help="keep printing events as they are appended")
+    show.add_argument("--tree", action="store_true", help="the whole delegation tree (parent and subagent sessions)")
     requests = sub.add_parser("requests", help="rebuild each model request from the log alone")
     requests.add_argument("id", metavar="ID", help="session id (any unique prefix)")
     requests.add_argument("--step", metavar="TURN.STEP", help="only this step (e.g. 2.1)")

@@ -86,7 +86,7 @@ class TurnRunner:
                 if state.cancel_reason is not None:
                     controller.abort(state.cancel_reason)
                 system = self._render_system(agent)
-                tools = self.ctx.require(TOOLS).schemas(agent_id=agent.id)
+                tools = self.ctx.require(TOOLS).schemas(agent_id=agent.id, allowed=agent.options.tools)
                 reason = _stop_reason(state)
                 if reason is not None:
                     break
@@ -216,6 +216,8 @@ class TurnRunner:
         return reason_for(step, exc)
 
     def _render_system(self, agent: Agent) -> str:
+        if agent.options.system is not None:
+            return agent.options.system
         variables = {"model": agent.options.model, "cwd": agent.session.header.get("cwd")}
         return self.ctx.require(SYSTEM_PROMPT).render(variables)
 

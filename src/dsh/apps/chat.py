@@ -28,6 +28,7 @@ from dsh.llm.providers import provider_of
 from dsh.llm.service import LLM
 from dsh.persistence.base import StoreError
 from dsh.plugins.schedule.plugin import SCHEDULE
+from dsh.plugins.subagent.lineage import is_child_header
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_plugins
 from dsh.session import Event
@@ -40,7 +41,7 @@ async def newest_session_here(args: argparse.Namespace) -> str:
     try:
         here = os.getcwd()
         for info in await store.list():
-            if info.header.get("cwd") == here:
+            if info.header.get("cwd") == here and not is_child_header(info.header):
                 return info.id
     finally:
         await ctx.dispose()

@@ -2,7 +2,7 @@
 
 Owns the built-in default composition (``mock-echo``, or the model plugin a ``provider:model``
 name picks through :mod:`dsh.llm.providers`, else ``openai-llm``; ``echo-tool``, the
-workspace tools, workspace snapshots (``rewind``), MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, JSONL
+workspace tools, workspace snapshots (``rewind``), MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, ``subagent``, JSONL
 sessions under ``$DSH_HOME/sessions``, ``stdio-app``), the overrides flags apply to a
 ``--config`` composition (``--model``, ``--root``, ``--store``, ``--system``, ``--resume``,
 ``--sandbox``, ``--approval``, ``--timeout``, ``--time-zone``), and the refusal of flags the chosen store would
@@ -90,6 +90,7 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         PluginEntry(id="agent-instructions", name="agent-instructions"),
         PluginEntry(id="time-context", name="time-context", config=dict(DEFAULT_TIME_CONTEXT)),
         PluginEntry(id="schedule", name="schedule"),
+        PluginEntry(id="subagent", name="subagent"),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),
     ]

@@ -23,7 +23,7 @@ from typing import Any
 from rich.cells import cell_len, get_character_cell_size
 
 from dsh import _json, _zones
-from dsh.apps import list_facts, requests_view, tool_view
+from dsh.apps import list_facts, requests_view, sessions_tree, tool_view
 from dsh.apps.escape import escape_controls, escape_json
 from dsh.apps.list_facts import text_of as _text
 from dsh.apps.requests_view import rebuild_requests
@@ -89,6 +89,7 @@ async def list_sessions(store: SessionStore, args: argparse.Namespace) -> int:
                         "corrupt": str(exc)})
         row["location"] = info.location
         rows.append(row)
+    rows = sessions_tree.nest(rows, infos)
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=2))
         return 0
@@ -101,7 +102,7 @@ async def list_sessions(store: SessionStore, args: argparse.Namespace) -> int:
     for row in rows:
         last = row["lastActivity"]
         turns = "CORRUPT" if row["corrupt"] else str(row["turns"])
-        cells = [str(row["id"]), clip(row["title"] or "-", 40), turns, str(row["model"] or "-"),
+        cells = [sessions_tree.shown_id(row), clip(row["title"] or "-", 40), turns, str(row["model"] or "-"),
                  _time(int(last), date=True) if last else "-"]
         table.append(cells + ([str(row["cwd"] or "-")] if args.all else []))
     print_table(table)
@@ -286,6 +287,9 @@ def _event_line(event: Event) -> str:
 async def show(store: SessionStore, args: argparse.Namespace) -> int:
     stored = await store.read(args.id)
     out = sys.stdout
+    if getattr(args, "tree", False):
+        out.write("\n".join(await sessions_tree.tree_lines(store, str(stored.header["id"]))) + "\n")
+        return 0
     if args.json:
         out.write(header_line(stored.header).decode() + "\n")
         for event in stored.events:
@@ -294,6 +298,7 @@ async def show(store: SessionStore, args: argparse.Namespace) -> int:
         session = stored.live()
         dim = out.isatty() and not os.environ.get("NO_COLOR")
         lines = [_event_line(e) for e in session.events] if args.events else timeline(session, dim=dim)
+        lines += await sessions_tree.link_lines(store, stored)
         out.write("\n".join(lines) + "\n")
     out.flush()
     if args.follow:

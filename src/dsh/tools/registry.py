@@ -24,7 +24,7 @@ import dataclasses
 import inspect
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import msgspec
@@ -143,11 +143,20 @@ class ToolRegistry:
         own = self._own.get(agent_id) if agent_id is not None else None
         return {**self._tools, **own} if own else self._tools
 
-    def schemas(self, tool_order: Sequence[str] | None = None, *, agent_id: str | None = None) -> list[ToolSchema]:
+    def schemas(
+        self,
+        tool_order: Sequence[str] | None = None,
+        *,
+        agent_id: str | None = None,
+        allowed: Collection[str] | None = None,
+    ) -> list[ToolSchema]:
         """``[{"name", "description", "parameters"}]`` of the tools agent ``agent_id`` sees (every
-        agent's, plus its own), sorted by name, unless a tool order (the argument, else the
-        configured ``toolOrder``) lists some first."""
+        agent's, plus its own; only the names in ``allowed`` when given, a delegated child's
+        filter), sorted by name, unless a tool order (the argument, else the configured
+        ``toolOrder``) lists some first."""
         tools = self._visible(agent_id)
+        if allowed is not None:
+            tools = {n: t for n, t in tools.items() if n in allowed}
         order = self.tool_order if tool_order is None else tool_order
         names = sorted(tools)
         if order:
@@ -165,12 +174,15 @@ class ToolRegistry:
         agent: Any = None,
         signal: AbortSignal | None = None,
         agent_id: str | None = None,
+        allowed: Collection[str] | None = None,
     ) -> ToolResult:
         """Run tool ``name`` with ``arguments`` (parsed JSON, or the raw string when the model's
         JSON did not parse, which is refused) once they fit its schema. Always returns a
         :class:`ToolResult`. ``agent_id`` is the calling agent: another agent's own tool is
-        unknown to it."""
+        unknown to it, and so is a tool outside ``allowed`` (a delegated child's filter)."""
         tool, owner = self._lookup(name, agent_id)
+        if allowed is not None and name not in allowed:
+            tool = None
         if tool is None:
             return ToolResult(
                 content=[_text(f'Error: unknown tool "{name}"')],

@@ -82,6 +82,9 @@ class Tool:
     # True for tools that never change files (an MCP tool annotated readOnlyHint): the rewind
     # plugin takes no workspace snapshot before a step that calls only such tools.
     read_only: bool = False
+    # True for tools whose calls may overlap: consecutive such calls of one assistant message
+    # run concurrently and their results still commit in the model's order (``subagent``).
+    concurrency_safe: bool = False
 
     def schema(self) -> ToolSchema:
         """The model-facing declaration ``{name, description, parameters}`` (a fresh copy, so
@@ -102,6 +105,7 @@ def define_tool(
     needs_approval: bool = False,
     validate_arguments: bool = True,
     read_only: bool = False,
+    concurrency_safe: bool = False,
 ) -> Tool:
     """Declare a tool. ``parameters`` defaults to an empty object schema
     ``{"type": "object", "properties": {}}``; ``execute(args, call)`` may be plain or async and
@@ -125,4 +129,5 @@ def define_tool(
         needs_approval=needs_approval,
         validate_arguments=validate_arguments,
         read_only=read_only,
+        concurrency_safe=concurrency_safe,
     )

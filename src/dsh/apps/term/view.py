@@ -134,6 +134,8 @@ class TranscriptView:
         self._blocks_shown = 0  # Markdown blocks of the current reply already printed
         prewarm()  # the price table loads off the UI thread, before the first turn ends
         self._changes: str | None = None  # the turn's workspace summary (rewind plugin)
+        # Running subagents, by the parent's call id: (name, current tool, started).
+        self.children: dict[str, tuple[str, str, float]] = {}
 
     @property
     def live(self) -> str:
@@ -153,6 +155,20 @@ class TranscriptView:
         rendered = render_markdown(escape_controls(text), width=self._width(), colour=self.style.colour)
         lines = [line.rstrip(" ") for line in rendered.rstrip("\n").split("\n")]
         self._emit("\n".join(lines) + "\n")
+
+    def child(self, call_id: str, label: str, what: str, started: float, done: bool) -> None:
+        """A subagent's progress: shown live under its call, one dim line once it is done."""
+        if not done:
+            self.children[call_id] = (label, what, started)
+            return
+        self.children.pop(call_id, None)
+        self.line(self.style.dim(escape_controls(f"  ⤷ {label} · {what} · {int(time.monotonic() - started)}s")))
+
+    def children_status(self) -> str:
+        now = time.monotonic()
+        return " · ".join(
+            escape_controls(f"⤷ {label} · {what} · {int(now - started)}s") for label, what, started in self.children.values()
+        )
 
     # -- events ------------------------------------------------------------------------------
 
