@@ -1,5 +1,5 @@
 """The ``dsh`` command line: ``dsh chat``, ``dsh run``, ``dsh sessions``, ``dsh acp``, ``dsh mcp``,
-``dsh trust`` and ``dsh reminders``.
+``dsh trust``, ``dsh skills`` and ``dsh reminders``.
 
 Owns argument parsing, dispatch to the command bodies in :mod:`dsh.apps` (each imported only
 when its command runs), and turning every error a person can cause into one line on stderr:
@@ -179,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     mcp_cmd.add_parser(commands, _Parser)
     _trust_parser(commands)
+    from dsh.apps import extensions_view
+
+    extensions_view.add_parser(commands, _Parser)
     from dsh.apps import reminders
 
     reminders.add_parser(commands, _store_options)
@@ -232,6 +235,10 @@ def _command(name: str) -> Command:
         from dsh.apps import trust_cmd
 
         return trust_cmd.run
+    if name == "skills":
+        from dsh.apps import extensions_view
+
+        return extensions_view.run
     from dsh.apps import reminders
 
     return lambda args: reminders.run_command(args, reminders.CliHost(open_store, default_entries, ECHO_MODEL))

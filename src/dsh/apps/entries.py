@@ -1,7 +1,7 @@
 """What the command-line flags select: ``dsh chat``'s plugin entries, and the session store.
 
 Owns the built-in default composition (``mock-echo`` or ``openai-llm``, ``echo-tool``, the
-workspace tools, MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, JSONL
+workspace tools, MCP discovery, ``agent-instructions``, ``hooks``, ``skills``, ``time-context``, ``schedule``, JSONL
 sessions under ``$DSH_HOME/sessions``, ``stdio-app``), the overrides flags apply to a
 ``--config`` composition (``--model``, ``--root``, ``--store``, ``--system``, ``--resume``,
 ``--sandbox``, ``--approval``, ``--timeout``), and the refusal of flags the chosen store would
@@ -70,6 +70,9 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         PluginEntry(id="mcp", name="mcp", config={"discover": True}),
         PluginEntry(id="workspace-tools", name="workspace-tools", config=_workspace_config(args, {})),
         PluginEntry(id="agent-instructions", name="agent-instructions"),
+        # Claude Code hooks of the settings files (project files once trusted), and skills.
+        PluginEntry(id="hooks", name="hooks"),
+        PluginEntry(id="skills", name="skills"),
         PluginEntry(id="time-context", name="time-context"),
         PluginEntry(id="schedule", name="schedule"),
         *_store_entries(args),

@@ -23,6 +23,7 @@ from typing import Any
 from rich.cells import cell_len, get_character_cell_size
 
 from dsh import _json, _zones
+from dsh.apps.hook_view import hook_entry
 from dsh.apps import requests_view, tool_view
 from dsh.apps.escape import escape_controls
 from dsh.apps.requests_view import rebuild_requests
@@ -264,6 +265,9 @@ def _timeline_entry(event: Event, names: dict[str, str] | None = None) -> str | 
         return f"{at}  blocked    {data.get('reason')}"
     if kind == "schedule/change":
         return f"{at}  ⏰ schedule {describe_change(data)}"
+    if kind.startswith("hook/"):
+        hooked = hook_entry(kind, data, names)
+        return f"{at}  {hooked}" if hooked is not None else None
     return None
 
 

@@ -1,7 +1,7 @@
 """Slash commands of terminal mode, and their completion.
 
 ``/help``, ``/exit`` (``/quit``), ``/compact``, ``/model NAME``, ``/clear``, ``/resume [N|ID]``,
-``/usage``. An unknown ``/x`` is an error line and never reaches the model; a line starting with
+``/usage``, ``/hooks``, ``/skills``. An unknown ``/x`` is an error line and never reaches the model; a line starting with
 ``//`` is sent with one slash removed.
 """
 
@@ -29,6 +29,8 @@ COMMANDS: dict[str, str] = {
     "/clear": "start a new session (the current one stays stored)",
     "/resume": "/resume: list this folder's sessions; /resume N or ID: switch to one",
     "/usage": "tokens in, out and cached over this session",
+    "/hooks": "the hooks in force and the file each came from",
+    "/skills": "the skills the model can load, and where each came from",
 }
 
 
@@ -112,6 +114,11 @@ async def run(ui: UI, line: str) -> None:
         await _resume(ui, arg)
     elif command == "/usage":
         _usage(ui)
+    elif command in ("/hooks", "/skills"):
+        from dsh.apps.extensions_view import listing
+
+        for text in listing(app.ctx, command[1:], app.agent):
+            ui.say(f"  {escape_controls(text)}")
     else:
         ui.error(f"unknown command {escape_controls(command)} (try /help; start a line with // to send it as text)")
 

@@ -28,6 +28,7 @@ from typing import Any, Final, Literal, Protocol, TypeAlias
 from dsh.runtime.abort import AbortSignal
 from dsh.runtime.keys import ServiceKey
 from dsh.session.vocab import JsonObject
+from dsh.tools.interception import preapproved
 from dsh.tools.types import Tool, ToolCall
 
 __all__ = [
@@ -181,6 +182,8 @@ class ApprovalService:
             return "rejected"
         if req.tool_name in state.allowed:
             return "allowed-session"
+        if preapproved():  # a PreToolUse hook allowed this call: it counts as a rule
+            return "allowed-once"
         asker = self._asker
         if asker is None:
             return "unavailable"
