@@ -53,5 +53,5 @@ def decode_section(path: Path, section: Section, value: object) -> Any:
     except msgspec.ValidationError as exc:
         message = str(exc)
         # msgspec says "... - at `$.PreToolUse[0]`": name the section in the path.
-        message = message.replace("`$", f"`$.{section.key}", 1) if "`$" in message else f"{message} (in {section.key})"
+        message = message.replace("`$", f"`$.{section.key}", 1) if "`$" in message else f"{message} - at `$.{section.key}`"
         raise ConfigError(f"{path}: {message}") from None
