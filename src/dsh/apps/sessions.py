@@ -23,9 +23,9 @@ from typing import Any
 from rich.cells import cell_len, get_character_cell_size
 
 from dsh import _json, _zones
-from dsh.apps.hook_view import hook_entry
 from dsh.apps import requests_view, tool_view
 from dsh.apps.escape import escape_controls
+from dsh.apps.hook_view import hook_entry
 from dsh.apps.requests_view import rebuild_requests
 from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore, StoredSession, StoreError

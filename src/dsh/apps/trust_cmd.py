@@ -63,7 +63,7 @@ def project_files(folder: Path) -> list[trust.ProjectFile]:
     """The folder's project files of every kind dsh reads."""
     # Imported for its side effect, each module registering its kind with the trust registry
     # (here, not at the top: building the command line must not pay for them).
-    import dsh.plugins.mcp.mcp_json  # noqa: F401
+    import dsh.plugins.mcp.mcp_json
     import dsh.settings  # noqa: F401
 
     return trust.project_files(folder)

@@ -33,7 +33,7 @@ from dsh.runtime.abort import AbortController, AbortSignal
 from dsh.runtime.context import Context
 from dsh.runtime.keys import ServiceKey
 from dsh.session.vocab import ToolErrorInfo, ToolSchema
-from dsh.tools.interception import PREAPPROVED, PostToolHook, PreToolDecision, PreToolHook, fold
+from dsh.tools.interception import PREAPPROVED, PostToolHook, PreToolHook, fold
 from dsh.tools.types import ContentBlock, Tool, ToolCall, ToolResult
 
 if TYPE_CHECKING:  # imported on the first tool call: it costs more than the rest of startup

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from tests.llm.sse_server import SSEServer
-from tests.tools.workspace.cli_support import calls, done, tool_results
+from tests.tools.workspace.cli_support import calls, done
 
 from .hook_support import chat, command_hook, env, events, project, trust
 

@@ -190,5 +190,5 @@ def test_a_bad_settings_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
         result = chat(cwd, server.base_url, environ)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f'dsh: plugin "hooks": hooks: {cwd.resolve()}/.claude/settings.json: Expected `float | null`, got `str` - at `$.hooks[...][0].hooks[0].timeout`"
+        f'dsh: plugin "hooks": hooks: {cwd.resolve()}/.claude/settings.json: Expected `float | null`, got `str` - at `$.hooks[...][0].hooks[0].timeout`'
     ]

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from tests.apps.conftest import run_dsh, session_files
 from tests.llm.sse_server import SSEServer
-from tests.tools.workspace.cli_support import calls, done
-
 from tests.plugins.hooks.hook_support import env
+from tests.tools.workspace.cli_support import calls, done
 
 SKILL = "---\nname: pdf\ndescription: Fill in and read PDF forms.\n---\n# PDF forms\nRun scripts/fill.py FORM.\n"
 
