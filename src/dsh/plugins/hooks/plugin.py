@@ -135,7 +135,7 @@ class HooksService:
 
     async def pre_tool(self, tool: Tool, call: ToolCall) -> PreToolDecision:
         agent = call.agent
-        if agent is None or getattr(agent, "session", None) is None:
+        if agent is None or getattr(agent, "session", None) is None or not self.engine.selected("PreToolUse", names_of(tool.name)):
             return PreToolDecision()
         payload = self._tool_payload(agent, "PreToolUse", call)
         folded = await self.engine.run("PreToolUse", agent, payload, subjects=names_of(tool.name), signal=call.signal)
@@ -145,7 +145,7 @@ class HooksService:
 
     async def post_tool(self, tool: Tool, call: ToolCall, result: ToolResult) -> ToolResult:
         agent = call.agent
-        if agent is None or getattr(agent, "session", None) is None:
+        if agent is None or getattr(agent, "session", None) is None or not self.engine.selected("PostToolUse", names_of(tool.name)):
             return result
         payload = {**self._tool_payload(agent, "PostToolUse", call), "tool_response": _result_text(result)}
         folded = await self.engine.run("PostToolUse", agent, payload, subjects=names_of(tool.name), signal=call.signal)
