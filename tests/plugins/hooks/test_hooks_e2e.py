@@ -192,3 +192,47 @@ def test_a_bad_settings_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines() == [
         f'dsh: plugin "hooks": hooks: {cwd.resolve()}/.claude/settings.json: Expected `float | null`, got `str` - at `$.hooks[...][0].hooks[0].timeout`'
     ]
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_cancelling_the_turn_kills_the_hook_and_its_children(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.apps.conftest import dsh_env
+    from tests.support.wait import wait_until_sync
+
+    hang = "echo $$ > hook.pid; sleep 60 & echo $! > child.pid; wait"
+    cwd = project(tmp_path, {"PreToolUse": [command_hook(hang, "Write")]})
+    environ = env(tmp_path)
+    trust(cwd, environ)
+    with SSEServer() as server:
+        server.push(calls(("write", {"file_path": "a.txt", "content": "x\n"})))
+        server.push(done())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dsh", "run", "write a", "--base-url", server.base_url, "--model", "test-model"],
+            cwd=cwd, env=dsh_env(**environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            wait_until_sync(lambda: (cwd / "child.pid").exists() and (cwd / "child.pid").read_text().strip() != "", timeout=60)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, err
+    hook_pid, child_pid = int((cwd / "hook.pid").read_text()), int((cwd / "child.pid").read_text())
+    wait_until_sync(lambda: _gone(hook_pid) and _gone(child_pid), timeout=10)
+    assert not (cwd / "a.txt").exists()
+    assert "Traceback" not in err
+    [result] = [e["data"] for e in events(cwd, environ) if e["type"] == "hook/result"]
+    assert result["cancelled"] is True

@@ -139,6 +139,9 @@ class HooksService:
             return PreToolDecision()
         payload = self._tool_payload(agent, "PreToolUse", call)
         folded = await self.engine.run("PreToolUse", agent, payload, subjects=names_of(tool.name), signal=call.signal)
+        if call.signal.aborted:
+            # Cancelled while its hook ran: the call must not start (the loop ends the turn).
+            return PreToolDecision("deny", str(call.signal.reason))
         contexts = (_text_context(folded.contexts),) if folded.contexts else ()
         kind = folded.decision if folded.decision in ("allow", "ask", "deny") else "none"
         return PreToolDecision(kind, folded.reason, contexts)  # type: ignore[arg-type]
