@@ -104,3 +104,12 @@ def test_settings_errors_are_one_line(tmp_path: Path) -> None:
     path.write_bytes(b"{" + b" " * (1 << 20) + b"}")
     with pytest.raises(ConfigError, match="larger than 1 MiB"):
         load_settings(tmp_path, environ=environ)
+
+
+def test_a_fifo_settings_file_is_refused_without_hanging(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / ".claude").mkdir()
+    os.mkfifo(tmp_path / ".claude" / "settings.json")
+    with pytest.raises(ConfigError, match="settings.json: not a regular file"):
+        load_settings(tmp_path, environ={"DSH_HOME": str(tmp_path / "h"), "CLAUDE_CONFIG_DIR": str(tmp_path / "c")})
