@@ -33,7 +33,7 @@ START_QUESTION = "Trust this file and start what it runs? [y/N] "
 def add_parser(commands: argparse._SubParsersAction[P], parser_class: type[P]) -> None:
     """Add ``dsh trust`` to the command parsers."""
     cmd = commands.add_parser(
-        "trust", help="review and trust this folder's project files (.mcp.json) that run commands"
+        "trust", help="review and trust this folder's project files (.mcp.json, settings hooks) that run commands"
     )
     mode = cmd.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="trust without asking (for scripts)")
