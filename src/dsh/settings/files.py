@@ -175,7 +175,8 @@ def load_settings(
         project: ProjectFile | None = read_project_file(base, name, KIND)
         if project is None:
             continue
-        decoded = _decode_all(project.path, project.content)
+        # An empty section (``"hooks": {}``) grants nothing either.
+        decoded = {key: value for key, value in _decode_all(project.path, project.content).items() if value}
         if not decoded:
             continue  # none of the sections dsh reads: the file changes nothing here
         # Every section of a project file grants something (hooks run, permissions allow), so

@@ -90,3 +90,68 @@ def test_deny_refuses_with_the_reason(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert not (cwd / "a.txt").exists()
     assert _results(cwd, environ) == [("write", "Error: no writes on Fridays", True)]
+
+
+def test_session_start_notification_and_session_end(tmp_path: Path) -> None:
+    cwd = project(
+        tmp_path,
+        {
+            "SessionStart": [command_hook("echo 'Branch: main'", "startup")],
+            "Notification": [command_hook("cat > notified.json", "permission_prompt")],
+            "SessionEnd": [command_hook("cat > ended.json")],
+        },
+    )
+    environ = env(tmp_path)
+    trust(cwd, environ)
+    with SSEServer() as server:
+        server.push(calls(("bash", {"command": "echo hi", "description": "asks: unconfined"})))
+        server.push(done())
+        result = chat(cwd, server.base_url, environ, "go\n", "--sandbox", "danger-full-access")
+        first = server.requests[0].json["messages"]
+    assert result.returncode == 0, result.stderr
+    users = [json.dumps(m["content"]) for m in first if m["role"] == "user"]
+    start = next(i for i, t in enumerate(users) if "Branch: main" in t)
+    assert start < next(i for i, t in enumerate(users) if '"go"' in t or t == '"go"')  # before the prompt
+    notified = json.loads((cwd / "notified.json").read_text())
+    assert notified["hook_event_name"] == "Notification" and notified["notification_type"] == "permission_prompt"
+    assert notified["message"] == "dsh needs your permission to use Bash"
+    ended = json.loads((cwd / "ended.json").read_text())
+    assert ended["hook_event_name"] == "SessionEnd" and ended["reason"] == "other"
+    assert ended["transcript_path"].endswith(".jsonl") and Path(ended["transcript_path"]).exists()
+    points = [e["data"]["point"] for e in events(cwd, environ) if e["type"] == "hook/invoked"]
+    assert points[0] == "SessionStart" and "Notification" in points and "SessionEnd" not in points
+
+
+COMPACTING = """\
+- id: echo
+  name: echo-llm
+  config: {delayMs: 0, answer: userText}
+- id: compact
+  name: compact
+  config: {contextWindow: 400, thresholdRatio: 0.5, retainTokens: 40, summarizationModel: '', maxTokens: 64, compactionRetries: 1}
+- id: hooks
+  name: hooks
+- id: app
+  name: stdio-app
+  config: {model: mock-echo}
+"""
+
+
+def test_precompact_runs_when_a_compaction_starts(tmp_path: Path) -> None:
+    from tests.apps.conftest import run_dsh
+
+    cwd = project(tmp_path, {})
+    environ = env(tmp_path)
+    # A user-level file: the user's own, trusted without asking.
+    hooks = {"PreCompact": [command_hook("cat >> precompact.jsonl", "auto")]}
+    (Path(environ["DSH_HOME"]) / "settings.json").write_text(json.dumps({"hooks": hooks}))
+    (cwd / "c.yml").write_text(COMPACTING)
+    for args in (["chat", "--config", "c.yml"], ["chat", "--config", "c.yml", "--continue"]):
+        result = run_dsh(args, cwd, stdin="x" * 600 + "\n", **environ)
+        assert result.returncode == 0, result.stderr
+    [payload] = [json.loads(line) for line in (cwd / "precompact.jsonl").read_text().splitlines()]
+    assert payload["hook_event_name"] == "PreCompact" and payload["trigger"] == "auto"
+    log = events(cwd, environ)
+    assert [e["data"]["point"] for e in log if e["type"] == "hook/invoked"] == ["PreCompact"]
+    starts = [e["seq"] for e in log if e["type"] == "compact/start"]
+    assert starts and starts[0] < next(e["seq"] for e in log if e["type"] == "hook/invoked")

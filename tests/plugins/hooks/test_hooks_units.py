@@ -90,6 +90,8 @@ def test_settings_sections_with_source_and_trust(tmp_path: Path) -> None:
         ("project", "dsh", False, "settings.local.json"),
     ]
     assert len(found.section("hooks")) == 2  # the untrusted project file is not in force
+    _settings(cwd, ".dsh/settings.local.json", {"hooks": {}})  # empty: nothing to trust
+    assert [e.scope for e in load_settings(cwd, environ=environ).section("hooks", include_untrusted=True)] == ["user", "user"]
 
 
 def test_settings_errors_are_one_line(tmp_path: Path) -> None:
