@@ -115,3 +115,16 @@ def test_a_fifo_settings_file_is_refused_without_hanging(tmp_path: Path) -> None
     os.mkfifo(tmp_path / ".claude" / "settings.json")
     with pytest.raises(ConfigError, match="settings.json: not a regular file"):
         load_settings(tmp_path, environ={"DSH_HOME": str(tmp_path / "h"), "CLAUDE_CONFIG_DIR": str(tmp_path / "c")})
+
+
+def test_a_lone_surrogate_in_the_payload_stays_valid_json(tmp_path: Path) -> None:
+    import asyncio
+    import os
+
+    from dsh.plugins.hooks.runner import run_command
+
+    outcome = asyncio.run(
+        run_command("cat", {"tool_input": {"file_path": "\ud800x"}}, cwd=str(tmp_path), env=dict(os.environ), timeout_s=10)
+    )
+    assert outcome.exit_code == 0
+    assert json.loads(outcome.stdout) == {"tool_input": {"file_path": "\ud800x"}}

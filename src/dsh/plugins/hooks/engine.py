@@ -133,7 +133,10 @@ class HookEngine:
                 invoked["source"] = str(hook.source)
                 session.append("hook/invoked", invoked)
             timeout = hook.timeout_s or self.config.default_timeout_seconds
-            outcome = await run_command(hook.command, payload, cwd=cwd, env=env, timeout_s=timeout, signal=signal)
+            try:
+                outcome = await run_command(hook.command, payload, cwd=cwd, env=env, timeout_s=timeout, signal=signal)
+            except (TypeError, ValueError, OSError) as exc:  # never lose the turn to a hook
+                outcome = RunOutcome(None, "", "", 0, error=str(exc))
             output = parse_output(event, outcome) if outcome.exit_code is not None else HookOutput()
             self._warn(hook, outcome, timeout)
             if turn is not None and session.open_turn == turn:

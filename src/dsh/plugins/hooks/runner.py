@@ -88,6 +88,8 @@ async def run_command(
     def elapsed() -> int:
         return int((time.monotonic() - started) * 1000)
 
+    # ASCII escapes: a lone surrogate from the model's arguments stays valid JSON.
+    data = (json.dumps(payload) + "\n").encode()
     try:
         proc = await asyncio.create_subprocess_exec(
             "/bin/sh", "-c", command,
@@ -96,7 +98,6 @@ async def run_command(
         )
     except OSError as exc:
         return RunOutcome(None, "", "", elapsed(), error=exc.strerror or str(exc))
-    data = (json.dumps(payload, ensure_ascii=False) + "\n").encode()
 
     async def feed() -> None:
         assert proc.stdin is not None
