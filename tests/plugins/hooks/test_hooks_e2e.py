@@ -236,3 +236,20 @@ def test_cancelling_the_turn_kills_the_hook_and_its_children(tmp_path: Path) -> 
     assert "Traceback" not in err
     [result] = [e["data"] for e in events(cwd, environ) if e["type"] == "hook/result"]
     assert result["cancelled"] is True
+
+
+def test_a_stop_hook_that_always_blocks_continues_at_most_three_times(tmp_path: Path) -> None:
+    cwd = project(tmp_path, {"Stop": [command_hook("echo 'keep going' >&2; exit 2")]})
+    environ = env(tmp_path)
+    trust(cwd, environ)
+    with SSEServer() as server:
+        for n in range(5):
+            server.push(done(f"answer {n}"))
+        result = chat(cwd, server.base_url, environ)
+        count = len(server.requests)
+    assert result.returncode == 0, result.stderr
+    assert count == 4  # the first answer and three continuations (maxStopBlocks)
+    log = events(cwd, environ)
+    assert [e["data"]["decision"] for e in log if e["type"] == "hook/result"] == ["block"] * 3
+    notes = [e for e in log if e["type"] == "context/message" and e["data"]["source"].get("plugin") == "hooks-claude-code"]
+    assert [n["data"]["content"][0]["text"] for n in notes] == ["keep going"] * 3

@@ -113,7 +113,7 @@ def test_a_fifo_settings_file_is_refused_without_hanging(tmp_path: Path) -> None
 
     (tmp_path / ".claude").mkdir()
     os.mkfifo(tmp_path / ".claude" / "settings.json")
-    with pytest.raises(ConfigError, match="settings.json: not a regular file"):
+    with pytest.raises(ConfigError, match=r"settings\.json: not a regular file"):
         load_settings(tmp_path, environ={"DSH_HOME": str(tmp_path / "h"), "CLAUDE_CONFIG_DIR": str(tmp_path / "c")})
 
 
