@@ -142,6 +142,11 @@ def _decode_all(path: Path, content: bytes) -> dict[str, Any]:
 
 
 def _user_file(folder: Path, name: str, origin: Origin) -> LoadedFile | None:
+    path = folder / name
+    if not os.access(path.parent, os.X_OK):
+        # A home this user cannot even look into (``$HOME`` of another user under sudo or
+        # setpriv), or none at all, holds no file of theirs.
+        return None
     file = read_project_file(folder, name, KIND)  # the same bounded, non-blocking read
     if file is None:
         return None
