@@ -1,5 +1,5 @@
 """The ``dsh`` command line: ``dsh chat``, ``dsh run``, ``dsh sessions``, ``dsh acp``, ``dsh mcp``,
-``dsh trust`` and ``dsh reminders``.
+``dsh trust``, ``dsh skills`` and ``dsh reminders``.
 
 Owns argument parsing, dispatch to the command bodies in :mod:`dsh.apps` (each imported only
 when its command runs), and turning every error a person can cause into one line on stderr:
@@ -199,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     rewind_cmd.add_parsers(sub, _store_options, DEBUG_HELP)
     mcp_cmd.add_parser(commands, _Parser)
     _trust_parser(commands)
+    from dsh.apps import extensions_view
+
+    extensions_view.add_parser(commands, _Parser)
 
     reminders.add_parser(commands, _store_options)
     return parser
@@ -251,6 +254,10 @@ def _command(name: str) -> Command:
         from dsh.apps import trust_cmd
 
         return trust_cmd.run
+    if name == "skills":
+        from dsh.apps import extensions_view
+
+        return extensions_view.run
     from dsh.apps import reminders
 
     return lambda args: reminders.run_command(args, reminders.CliHost(open_store, default_entries, ECHO_MODEL))

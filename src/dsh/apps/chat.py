@@ -124,9 +124,14 @@ async def prepare_agent(args: argparse.Namespace) -> tuple[list[PluginEntry], Pa
 
 
 def _discovers(entries: list[PluginEntry]) -> bool:
-    """Whether the composition reads the project's ``.mcp.json`` (an ``mcp`` discovery entry)."""
+    """Whether the composition reads project files that need trust (an ``mcp`` discovery entry,
+    or the ``hooks`` plugin's settings files)."""
     return any(
-        e.name in ("mcp", "dsh.plugins.mcp.plugin") and not e.disabled and (e.config or {}).get("discover") is True
+        not e.disabled
+        and (
+            (e.name in ("mcp", "dsh.plugins.mcp.plugin") and (e.config or {}).get("discover") is True)
+            or e.name in ("hooks", "dsh.plugins.hooks")
+        )
         for e in entries
     )
 

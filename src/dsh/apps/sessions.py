@@ -25,6 +25,7 @@ from rich.cells import cell_len, get_character_cell_size
 from dsh import _json, _zones
 from dsh.apps import list_facts, requests_view, sessions_tree, tool_view
 from dsh.apps.escape import escape_controls, escape_json
+from dsh.apps.hook_view import hook_entry
 from dsh.apps.list_facts import text_of as _text
 from dsh.apps.requests_view import rebuild_requests
 from dsh.errors import UsageError
@@ -277,6 +278,9 @@ def _timeline_entry(event: Event, names: dict[str, str] | None = None) -> str | 
         return f"{at}  blocked    {data.get('reason')}"
     if kind == "schedule/change":
         return f"{at}  ⏰ schedule {describe_change(data)}"
+    if kind.startswith("hook/"):
+        hooked = hook_entry(kind, data, names)
+        return f"{at}  {hooked}" if hooked is not None else None
     return None
 
 

@@ -1,7 +1,7 @@
 """Slash commands of terminal mode, and their completion.
 
 ``/help``, ``/exit`` (``/quit``), ``/compact``, ``/model NAME``, ``/clear``, ``/resume [N|ID]``,
-``/usage``, ``/rewind`` (:mod:`dsh.apps.term.rewind_command`). An unknown ``/x`` is an error line and never reaches the model; a line starting with
+``/usage``, ``/hooks``, ``/skills``, ``/rewind`` (:mod:`dsh.apps.term.rewind_command`). An unknown ``/x`` is an error line and never reaches the model; a line starting with
 ``//`` is sent with one slash removed.
 """
 
@@ -32,6 +32,8 @@ COMMANDS: dict[str, str] = {
     "/resume": "/resume: list this folder's sessions; /resume N or ID: switch to one",
     "/usage": "tokens in, out and cached, and their cost, over this session",
     "/rewind": "/rewind: list the turns; /rewind N: restore files and/or conversation to before turn N",
+    "/hooks": "the hooks in force and the file each came from",
+    "/skills": "the skills the model can load, and where each came from",
 }
 
 
@@ -125,6 +127,11 @@ async def run(ui: UI, line: str) -> None:
         from dsh.apps.term.rewind_command import rewind
 
         await rewind(ui, arg)
+    elif command in ("/hooks", "/skills"):
+        from dsh.apps.extensions_view import listing
+
+        for text in listing(app.ctx, command[1:], app.agent):
+            ui.say(f"  {escape_controls(text)}")
     else:
         ui.error(f"unknown command {escape_controls(command)} (try /help; start a line with // to send it as text)")
 

@@ -33,6 +33,7 @@ from dsh.permissions.scopes import Scope
 from dsh.runtime.abort import AbortSignal
 from dsh.runtime.keys import ServiceKey
 from dsh.session.vocab import JsonObject
+from dsh.tools.interception import preapproved
 from dsh.tools.types import Tool, ToolCall
 from dsh.tools.workspace._common import resolve_path, workspace_root
 
@@ -232,6 +233,8 @@ class ApprovalService:
         rule = state.rule_for(req)
         if rule is not None:
             return "allowed-session", rule
+        if preapproved():  # a PreToolUse hook allowed this call: it counts as a rule
+            return "allowed-once", None
         asker = self._asker
         if asker is None:
             return "unavailable", None
