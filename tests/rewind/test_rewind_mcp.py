@@ -4,6 +4,7 @@ does (``dsh chat`` with a real stdio MCP server and a scripted model)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ pytestmark = [pytest.mark.slow]
 def test_read_only_mcp_tools_take_no_snapshot(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
-    write_mcp_json(repo, {"alpha": stdio_server("alpha", tmp_path, approval="trusted")})
+    write_mcp_json(repo, {"alpha": stdio_server("alpha", tmp_path, approval="trusted")},
+                   trusted_in=Path(os.environ["DSH_HOME"]))
     with SSEServer() as server:
         server.push(call(1, "mcp__alpha__peek", {"q": "x"}), call(2, "mcp__alpha__search", {"q": "y"}), text("done"))
         chat = run_dsh(["chat", "--base-url", server.base_url, "--model", "test-model"], repo,

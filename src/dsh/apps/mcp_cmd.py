@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import TypeVar
 
-from dsh.apps.escape import escape_controls
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_config_file, load_plugins
 from dsh.tools.registry import TOOLS
@@ -86,8 +85,8 @@ async def run(args: argparse.Namespace) -> int:
     else:
         for row in rows:
             line = f"{row['server']}  {row['transport']}  {row['status']}  ({row['approval']}, {row['source']})"
-            print(escape_controls(line))
+            print(line)  # a terminal gets it through the CLI's one sanitiser; a pipe as it is
             for tool in row["tools"]:
-                print(f"  {escape_controls(tool)}")
+                print(f"  {tool}")
     sys.stdout.flush()
     return 0 if all(r["status"] in ("connected", "untrusted") for r in rows) else 1
