@@ -14,6 +14,7 @@ import argparse
 import os
 from pathlib import Path
 
+from dsh.apps import permission_flags
 from dsh.apps.home import default_root
 from dsh.compose import (
     APP_NAMES,
@@ -86,12 +87,18 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
 
 
 def _workspace_config(args: argparse.Namespace, config: JsonObject) -> JsonObject:
-    """``--sandbox``/``--approval`` over the entry's own config (the YAML keys of the same name)."""
+    """``--sandbox``/``--approval`` over the entry's own config (the YAML keys of the same name),
+    and the permission flags' and settings files' rules (:mod:`dsh.apps.permission_flags`)."""
     out = dict(config)
     if getattr(args, "sandbox", None):
         out["sandbox"] = args.sandbox
     if getattr(args, "approval", None):
         out["approval"] = args.approval
+    overrides = permission_flags.workspace_overrides(args)
+    rules = overrides.pop("rules", [])
+    out.update(overrides)
+    if rules:
+        out["rules"] = [*(out.get("rules") or []), *rules]
     return out
 
 

@@ -80,6 +80,9 @@ def add_parser(commands: Subcommands, store_options: Callable[[argparse.Argument
     run.add_argument("--poll", type=float, default=DEFAULT_POLL_S, metavar="SECONDS", help="how often to look for new reminders")
     run.add_argument("--model", help="model name (default: each session's own model)")
     run.add_argument("--base-url", help="any OpenAI-compatible endpoint")
+    from dsh.apps import permission_flags
+
+    permission_flags.add_arguments(run)
     for sub_parser in (listing, run):
         store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs on stderr")
