@@ -31,7 +31,10 @@ class Project:
         self.env = {"DSH_HOME": str(self.home), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
                     **NO_PROXY}
 
-    def run(self, *flags: str, commands: tuple[str, ...] = (PYTEST,), mcp: bool = True) -> Any:
+    def run(
+        self, *flags: str, commands: tuple[str, ...] = (PYTEST,), mcp: bool = True,
+        sandbox: tuple[str, ...] = ("--sandbox", "danger-full-access"),
+    ) -> Any:
         items: list[tuple[str, dict[str, Any]]] = []
         if mcp:
             items.append((SEARCH, {"q": "two plus two"}))
@@ -39,15 +42,24 @@ class Project:
         self.server.push(calls(*items), done())
         return run_dsh(
             ["run", "do the task", "--base-url", f"{self.server.base_url}/v1", "--model", "test-model",
-             "--sandbox", "danger-full-access", *flags],
+             *sandbox, *flags],
             self.cwd, timeout=240, **self.env,
         )
 
+    def newest(self) -> Path:
+        logs = session_files(self.cwd, self.home / "sessions")
+        return max(logs, key=lambda p: p.stat().st_mtime_ns)
+
+    def show(self) -> str:
+        """``dsh sessions show`` of the newest session."""
+        session_id = json.loads(self.newest().read_text().splitlines()[0])["id"]
+        shown = run_dsh(["sessions", "show", session_id], self.cwd, **self.env)
+        assert shown.returncode == 0, shown.stderr
+        return shown.stdout
+
     def events(self) -> list[dict[str, Any]]:
         """The events of the newest session of the project."""
-        logs = session_files(self.cwd, self.home / "sessions")
-        newest = max(logs, key=lambda p: p.stat().st_mtime_ns)
-        return [json.loads(line) for line in newest.read_text().splitlines()[1:]]
+        return [json.loads(line) for line in self.newest().read_text().splitlines()[1:]]
 
     def results(self) -> list[tuple[str, str, bool]]:
         events = self.events()

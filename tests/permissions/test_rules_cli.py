@@ -47,6 +47,11 @@ def test_done_with_allow_flags_and_the_rule_is_in_the_log(project: Project) -> N
         ("allowed-once", "rule", "mcp__calc__*", "--allow"),
         ("allowed-once", "rule", "Bash(python -m pytest:*)", "--allow"),
     ]
+    # sessions show prints each decision, with its rule and source, beside its call
+    lines = project.show().splitlines()
+    call = next(i for i, line in enumerate(lines) if f"bash  $ {PYTEST}" in line)
+    assert lines[call + 1].endswith("approval   bash: allowed-once by rule Bash(python -m pytest:*) (--allow)")
+    assert any(line.endswith(f"approval   {SEARCH}: allowed-once by rule mcp__calc__* (--allow)") for line in lines)
 
 
 def test_deny_wins_over_allow(project: Project) -> None:
