@@ -28,7 +28,7 @@ def test_skip_approvals_asks_nothing_but_deny_still_refuses(project: Project) ->
                          commands=(f"echo hi > {outside}", "rm -f nothing"))
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[0] == SKIP_WARNING
-    (search, found, _), (_, wrote, wrote_error), (_, removed, _) = project.results()
+    (_, found, _), (_, _, wrote_error), (_, removed, _) = project.results()
     assert found == "calc found two plus two" and not wrote_error
     assert outside.read_text() == "hi\n"  # unconfined: outside the workspace
     assert removed == REJECTED.format("bash")

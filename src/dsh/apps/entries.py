@@ -98,7 +98,8 @@ def _workspace_config(args: argparse.Namespace, config: JsonObject) -> JsonObjec
     rules = overrides.pop("rules", [])
     out.update(overrides)
     if rules:
-        out["rules"] = [*(out.get("rules") or []), *rules]
+        earlier = out.get("rules")
+        out["rules"] = [*(earlier if isinstance(earlier, list) else []), *rules]
     return out
 
 

@@ -67,10 +67,11 @@ def _check(args: argparse.Namespace) -> None:
 
 def _flag_rules(args: argparse.Namespace) -> list[dict[str, Any]]:
     from dsh.permissions import RuleError
-    from dsh.permissions.policy import RuleText, check_rules
+    from dsh.permissions.policy import Action, RuleText, check_rules
 
     out: list[dict[str, Any]] = []
-    for action, flag in (("allow", "--allow"), ("deny", "--deny")):
+    flags: tuple[tuple[Action, str], ...] = (("allow", "--allow"), ("deny", "--deny"))
+    for action, flag in flags:
         for text in getattr(args, action, None) or ():
             try:
                 check_rules([RuleText(action, text, flag)], os.getcwd())

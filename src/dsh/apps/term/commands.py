@@ -1,7 +1,7 @@
 """Slash commands of terminal mode, and their completion.
 
 ``/help``, ``/exit`` (``/quit``), ``/compact``, ``/model NAME``, ``/clear``, ``/resume [N|ID]``,
-``/usage``. An unknown ``/x`` is an error line and never reaches the model; a line starting with
+``/usage``, ``/permissions [rm N]``. An unknown ``/x`` is an error line and never reaches the model; a line starting with
 ``//`` is sent with one slash removed.
 """
 
@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "/clear": "start a new session (the current one stays stored)",
     "/resume": "/resume: list this folder's sessions; /resume N or ID: switch to one",
     "/usage": "tokens in, out and cached over this session",
+    "/permissions": "/permissions: the rules in force and their sources; /permissions rm N: remove one",
 }
 
 
@@ -112,6 +113,10 @@ async def run(ui: UI, line: str) -> None:
         await _resume(ui, arg)
     elif command == "/usage":
         _usage(ui)
+    elif command == "/permissions":
+        from dsh.apps.term import permissions_cmd
+
+        permissions_cmd.run(ui, arg)
     else:
         ui.error(f"unknown command {escape_controls(command)} (try /help; start a line with // to send it as text)")
 

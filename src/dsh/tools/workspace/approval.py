@@ -29,13 +29,21 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from dsh.permissions import Rule, RuleError, parse_rule, session_scopes
+from dsh.permissions.policy import Decision
 from dsh.permissions.scopes import Scope
 from dsh.runtime.abort import AbortSignal
 from dsh.runtime.keys import ServiceKey
 from dsh.session.vocab import JsonObject
 from dsh.tools.types import Tool, ToolCall
 from dsh.tools.workspace._common import resolve_path, workspace_root
-from dsh.tools.workspace.rule_book import SKIP_SOURCE, Always, ApprovalOutcome, RuleBook, Verdict
+from dsh.tools.workspace.rule_book import (
+    SESSION_SOURCE,
+    SKIP_SOURCE,
+    Always,
+    ApprovalOutcome,
+    RuleBook,
+    Verdict,
+)
 
 __all__ = [
     "APPROVAL",
@@ -80,6 +88,8 @@ class ApprovalRequest:
     scopes: tuple[Scope, ...] = ()
     # The workspace (project folder) of the call: where "always allow in this project" applies.
     workspace: str | None = None
+    # Whether "always allow in this project" may be offered (project rules are on).
+    offer_project: bool = False
 
 
 Answer: TypeAlias = ApprovalOutcome | Rule | Always
@@ -234,13 +244,23 @@ class ApprovalService:
         state = self._state(session)
         return state.allowed, state.denied
 
-    def forget_session_rule(self, session: object, rule: Rule) -> bool:
+    def rules_in_force(self, session: object, workspace: str) -> list[Decision]:
+        """Every rule that applies to ``session`` in ``workspace``, with its source (for
+        ``/permissions``)."""
         state = self._state(session)
-        for rules in (state.allowed, state.denied):
-            if rule in rules:
-                rules.remove(rule)
-                return True
-        return False
+        return self.book.in_force(workspace, state.allowed, state.denied)
+
+    def forget(self, session: object, workspace: str, decision: Decision) -> bool:
+        """Remove one rule: a session rule from the session (for this process; a resume folds
+        the log's answers back), a project rule from the dsh home, another for this process."""
+        if decision.source == SESSION_SOURCE:
+            state = self._state(session)
+            for rules in (state.allowed, state.denied):
+                if decision.rule in rules:
+                    rules.remove(decision.rule)
+                    return True
+            return False
+        return self.book.forget(decision, workspace)
 
     # -- asking -----------------------------------------------------------------------------
 
@@ -356,6 +376,7 @@ class ApprovalService:
                 subject=subject,
                 scopes=tuple(session_scopes(name, subject)),
                 workspace=workspace,
+                offer_project=self.book.project is not None and workspace is not None,
             )
         )
         if outcome in ("allowed-once", "allowed-session"):
