@@ -55,7 +55,9 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
     """The built-in composition of ``dsh chat`` without ``--config``."""
     model = args.model or ECHO_MODEL
     if is_real_model(args):
-        llm_config: JsonObject = {"models": [model]}
+        # The endpoint named here serves whatever it serves: /model NAME and each resumed
+        # session's own model go to it, and its error says when it does not know a name.
+        llm_config: JsonObject = {"models": [model], "anyModel": True}
         if args.base_url:
             llm_config["baseURL"] = args.base_url
             if not os.environ.get("DEEPSEEK_API_KEY") and not os.environ.get("OPENAI_API_KEY"):

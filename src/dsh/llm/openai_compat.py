@@ -250,3 +250,5 @@ def apply(ctx: Context, config: Config | Mapping[str, object] | None = None) -> 
     adapter = create_adapter(cfg)
     ctx.defer(adapter.aclose)
     ctx.defer(ctx.require(LLM).register_adapter(cfg.models, adapter))
+    if cfg.any_model:
+        ctx.defer(ctx.require(LLM).set_fallback(adapter))
