@@ -10,7 +10,7 @@ Usage::
 
 Workloads (each module's docstring says exactly what is timed): ``resume_100k``
 (:mod:`bench.resume`), ``append`` and ``derive_incremental`` (:mod:`bench.append`), ``loop``
-(:mod:`bench.agent_loop`), ``prestep_depth`` (:mod:`bench.prestep_depth`), ``pg_append``
+(:mod:`bench.agent_loop`), ``loop_telemetry`` (:mod:`bench.telemetry`), ``prestep_depth`` (:mod:`bench.prestep_depth`), ``pg_append``
 (:mod:`bench.pg_append`), ``startup`` (:mod:`bench.startup`), ``store_loop_lag``
 (:mod:`bench.store_lag`). The fleet run is separate: ``python -m bench.fleet_pg``.
 """
@@ -25,7 +25,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import agent_loop, append, pg_append, prestep_depth, resume, startup, store_lag
+from bench import (
+    agent_loop,
+    append,
+    pg_append,
+    prestep_depth,
+    resume,
+    startup,
+    store_lag,
+    telemetry,
+)
 from bench._util import machine
 
 Runner = Callable[[bool], dict[str, Any]]
@@ -35,6 +44,7 @@ WORKLOADS: dict[str, Runner] = {
     "append": append.run_append,
     "derive_incremental": append.run_derive,
     "loop": agent_loop.run,
+    "loop_telemetry": telemetry.run,
     "prestep_depth": prestep_depth.run,
     "pg_append": pg_append.run,
     "startup": startup.run,
@@ -185,6 +195,14 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 "x",
                 "lower",
             ),
+        ]
+    r = results.get("loop_telemetry")
+    if r and "skipped" not in r:
+        out += [
+            Row("loop, tracing off: per step net of flush (ms)", r["net_ms_per_step_off"], "ms", "lower"),
+            Row("loop, tracing on: per step net of flush (ms)", r["net_ms_per_step_on"], "ms", "lower"),
+            Row("loop: tracing overhead per step (ms)", r["net_overhead_ms_per_step"], "ms", "lower"),
+            Row("loop: tracing CPU on the loop per step (ms)", r["loop_thread_cpu_ms_per_step"], "ms", "lower"),
         ]
     r = results.get("prestep_depth")
     if r:

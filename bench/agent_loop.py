@@ -29,6 +29,7 @@ import gc
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench._util import median, scratch_dir
@@ -110,9 +111,11 @@ class _FullCollections:
             self.pauses.append([len(self.times), round(elapsed, 1)])
 
 
-async def _measure(root: str, turns: int) -> dict[str, Any]:
+async def _measure(root: str, turns: int, mount: Callable[[Context], Awaitable[object]] | None = None) -> dict[str, Any]:
     os.environ.pop("DSH_DEV_CHECKS", None)
     ctx = Context()
+    if mount is not None:  # more plugins before the spine (bench.telemetry mounts tracing)
+        await mount(ctx)
     await mount_agent_loop(ctx, loop_config={"freezeHistory": True})  # as `dsh chat` runs it
     await ctx.plugin(time_context, {"timeZone": "UTC"})
     await ctx.plugin(jsonl, {"root": root})

@@ -113,8 +113,10 @@ class _Runtime:
 class Agent:
     """An agent on dsh's durable log.
 
-    ``model`` is a model name (``mock-echo`` is keyless; any other name is served by the
-    OpenAI-compatible adapter, DeepSeek by default, or ``base_url``) or an adapter object with
+    ``model`` is a model name (``mock-echo`` is keyless; a ``provider:model`` name such as
+    ``anthropic:claude-sonnet-4-5`` picks its provider's adapter, endpoint and key as the CLI
+    does; any other name is served by the OpenAI-compatible adapter, DeepSeek by default, or
+    ``base_url``) or an adapter object with
     ``stream(request)``. ``instructions`` replace the default system prompt. ``tools`` are
     ``@dsh.tool`` functions or :class:`dsh.tools.Tool` objects. ``store`` is a JSONL root
     folder, ``"sqlite:///FILE"``, ``"postgresql://…"`` or a store object; ``None`` keeps sessions
@@ -344,8 +346,13 @@ class Agent:
 
             await ctx.plugin(echo, {"delayMs": 0})
             return
-        from dsh.llm import openai_compat
+        from dsh.llm import openai_compat, providers
+        from dsh.runtime.resolve import resolve_plugin
 
+        resolved = providers.resolve(model, self.base_url)
+        if resolved is not None:  # "anthropic:claude-…": the provider's adapter, as the CLI does
+            await ctx.plugin(resolve_plugin(resolved.plugin), resolved.config)
+            return
         config: dict[str, object] = {"models": [model]}
         if self.base_url is not None:
             config["baseURL"] = self.base_url

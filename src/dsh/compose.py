@@ -93,8 +93,11 @@ async def mount_spine(
     from dsh.agent import sessions as sessions_plugin
     from dsh.agent import system_prompt as system_prompt_plugin
     from dsh.llm import service as llm_plugin
+    from dsh.observability.env import maybe_mount as mount_telemetry
     from dsh.tools import registry as tools_plugin
 
+    # Tracing when OTEL_EXPORTER_OTLP_ENDPOINT asks for it (or a config mounts `telemetry`).
+    await mount_telemetry(ctx)
     fibers: list[Fiber] = []
     for plugin, service, config in (
         (sessions_plugin, "sessions", None),

@@ -16,7 +16,7 @@ import pytest
 
 def dsh_env(**extra: str) -> dict[str, str]:
     # DSH_HOME stays: tests/conftest.py points it at a private folder for the whole suite.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "DSH_")) or k == "DSH_HOME"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEPSEEK_", "DSH_", "ANTHROPIC_", "OPENAI_", "OPENROUTER_", "OLLAMA_")) or k == "DSH_HOME"}
     env.update({"TZ": "Asia/Shanghai", "PYTHONUNBUFFERED": "1", "DSH_DEV_CHECKS": "1"})
     env.pop("NO_COLOR", None)
     env.update(extra)

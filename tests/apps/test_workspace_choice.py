@@ -16,7 +16,7 @@ from acp.exceptions import RequestError
 from tests.apps.acp.acp_support import dsh_acp, initialize
 from tests.apps.conftest import run_dsh, session_files
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.attack, pytest.mark.slow]
 
 
 def _imported(tmp_path: Path, cwd: str, name: str) -> str:

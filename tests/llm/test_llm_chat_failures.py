@@ -184,7 +184,7 @@ def test_timeout_must_be_positive(workdir: Path, value: str) -> None:
 def test_timeout_without_a_remote_model_is_refused(workdir: Path) -> None:
     result = run_dsh(["chat", "--timeout", "5"], workdir, stdin="")
     assert result.returncode == 2
-    assert "--timeout applies to openai-llm models" in last_error(result.stderr)
+    assert "--timeout applies to openai-llm and anthropic-llm models" in last_error(result.stderr)
 
 
 @pytest.mark.slow

@@ -16,6 +16,8 @@ from tests.llm.sse_server import Reply, SSEServer, chunk
 
 from dsh._redact import redact_url, redact_urls
 
+pytestmark = pytest.mark.attack
+
 SECRETS = ("sk-url-Zq7uX9wK", "sk-q-Wv3kP2rT", "tok-Jh5mN8cY")
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 

@@ -13,7 +13,7 @@ from tests.apps.conftest import run_dsh, session_files
 from tests.mcp.conftest import NO_PROXY, stdio_server, write_mcp_json
 from tests.mcp.test_mcp_chat_e2e import calls, text, tool_messages
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.attack, pytest.mark.slow]
 
 SIZE = 30_000_000
 

@@ -11,7 +11,7 @@ import pytest
 from tests.apps.conftest import Interactive, run_dsh
 from tests.mcp.conftest import alive, pids, stdio_server, wait_for, write_mcp_json
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.attack, pytest.mark.slow]
 
 
 def _project(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from dsh.permissions import SHELL_META, Rule, RuleError, parse_rule, session_scopes
 from dsh.permissions.rules import literal_path
 
+pytestmark = pytest.mark.attack
+
 WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=8)
 SIMPLE = st.lists(WORD, min_size=1, max_size=4).map(" ".join)
 SEGMENT = st.text(alphabet="abcdefgh.-_*?\\[] xyz", min_size=1, max_size=6).filter(lambda s: s not in (".", ".."))

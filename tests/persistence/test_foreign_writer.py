@@ -13,12 +13,14 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from store_support import make_session, persist
 from tests.apps.conftest import Interactive, session_files
 from tests.apps.test_stdio_plain import E2E_CONFIG
+from tests.support.wait import wait_until_sync
 
 from dsh.persistence.base import SessionModified
 from dsh.persistence.jsonl import JsonlStore
@@ -208,3 +210,64 @@ def test_dsh_chat_reports_one_line_and_leaves_the_file_alone(tmp_path: Path) -> 
     [session_id] = [json.loads(left.splitlines()[0])["id"]]
     assert err.splitlines() == [f"dsh: {MODIFIED.format(session_id)}"]
     assert log.read_bytes() == left
+
+
+CLOCK_REALTIME_COARSE = 5  # Linux: the clock file times are taken from
+
+
+def _after_the_file_time(path: Path) -> None:
+    """Wait until the clock file times come from is past ``path``'s change time (with a margin
+    for dsh's own fstat right after its write), so the edit that follows gets a new one: dsh
+    documents that a rewrite within the same clock tick as its own write is caught by the
+    header and last-line checks alone."""
+    changed = path.stat().st_ctime_ns
+    while time.clock_gettime_ns(CLOCK_REALTIME_COARSE) <= changed + 20_000_000:
+        time.sleep(0.002)
+
+
+def _flip(raw: bytes, at: int) -> bytes:
+    """``raw`` with the letter at ``at`` changed to another letter (same size)."""
+    letter = raw[at : at + 1]
+    assert letter.isalpha()
+    return raw[:at] + (letter.swapcase() if letter.lower() != letter.upper() else b"x") + raw[at + 1 :]
+
+
+@pytest.mark.attack
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["header", "an earlier line", "the last line"])
+def test_dsh_chat_notices_a_same_size_rewrite(tmp_path: Path, where: str) -> None:
+    """A same-size in-place rewrite of a session dsh holds (one letter changed) is noticed before
+    the next append: dsh says so in one line and leaves the file exactly as the editor left it."""
+    workdir = tmp_path / "project"
+    workdir.mkdir()
+    (workdir / "dsh.yml").write_text(E2E_CONFIG)
+    chat = Interactive(["chat", "--config", "dsh.yml"], workdir)
+    chat.send("a first line, long enough to sit well before the last bytes of the log " * 8 + "\n")
+    chat.read_until("\n> ", count=2)
+    [log] = session_files(workdir, workdir / ".sessions")
+    # The turn's flush may still be under way when the prompt shows.
+    wait_until_sync(lambda: b'"turn/end"' in log.read_bytes().splitlines()[-1], what="turn 1 on disk")
+    raw = log.read_bytes()
+    lines = raw.splitlines(keepends=True)
+    if where == "header":
+        at = raw.index(b'"type":"session"') + len(b'"type":"')
+    elif where == "an earlier line":
+        [user] = [i for i, line in enumerate(lines) if b'"user/message"' in line]
+        at = sum(map(len, lines[:user])) + lines[user].index(b"a first line") + 2
+    else:
+        at = len(raw) - len(lines[-1]) + lines[-1].index(b"completed")
+    assert len(raw) - at > 256 or where == "the last line"  # beyond the old check's 256 bytes
+    _after_the_file_time(log)
+    with open(log, "r+b") as file:  # in place: same inode, same size
+        file.seek(at)
+        file.write(_flip(raw, at)[at : at + 1])
+    left = log.read_bytes()
+    assert len(left) == len(raw) and left != raw
+    chat.send("second\n")
+    chat.read_until("\n> ", count=3)
+    rc, out, err = chat.close()
+    assert "[main turn 2]" in out  # the conversation goes on, in memory only
+    assert rc == 1
+    session_id = json.loads(raw.splitlines()[0])["id"]
+    assert err.splitlines() == [f"dsh: {MODIFIED.format(session_id)}"]
+    assert log.read_bytes() == left  # nothing appended, nothing rewritten

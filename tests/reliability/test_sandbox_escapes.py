@@ -25,7 +25,7 @@ import pytest
 from tests.reliability.sandbox_support import attack, bash, plain_user, user_folder
 from tests.tools.workspace.ws_support import needs_bwrap
 
-pytestmark = [pytest.mark.slow, needs_bwrap]
+pytestmark = [pytest.mark.attack, pytest.mark.slow, needs_bwrap]
 
 CONFINED = ["workspace-write", "read-only"]
 DENIED = "[sandbox: file access denied under {mode} mode]"

@@ -20,7 +20,7 @@ from tests.reliability.sandbox_support import NO_PROXY, attack, bash
 from tests.reliability.support import dsh_env
 from tests.tools.workspace.ws_support import needs_bwrap
 
-pytestmark = [pytest.mark.slow, needs_bwrap]
+pytestmark = [pytest.mark.attack, pytest.mark.slow, needs_bwrap]
 
 SECRETS = {
     "OPENAI_API_KEY": "sk-openai-secret-1111",

@@ -18,7 +18,7 @@ import pytest
 from tests.apps.conftest import dsh_env
 from tests.trust.conftest import Hostile
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.attack, pytest.mark.slow]
 
 USER = "dshtrust"
 

@@ -15,6 +15,8 @@ from dsh import trust
 from dsh.plugins.mcp.mcp_json import KIND
 from dsh.runtime.config import ConfigError
 
+pytestmark = pytest.mark.attack
+
 MCP = json.dumps({"mcpServers": {"s": {"command": "python3", "args": ["x.py"]}}})
 
 

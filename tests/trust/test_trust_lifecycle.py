@@ -16,7 +16,7 @@ from tests.apps.conftest import run_dsh
 from tests.mcp.conftest import NO_PROXY, SERVER, TOKEN, pids, write_mcp_json
 from tests.mcp.test_mcp_chat_e2e import calls, text, tool_messages
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.attack, pytest.mark.slow]
 
 
 def test_trust_then_edit_then_revoke(sse_server: Any, tmp_path: Path) -> None:

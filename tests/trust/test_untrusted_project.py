@@ -13,7 +13,7 @@ import pytest
 from tests.apps.conftest import dsh_env, run_dsh
 from tests.trust.conftest import Hostile
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.attack, pytest.mark.slow]
 
 
 @pytest.mark.parametrize(

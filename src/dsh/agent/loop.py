@@ -117,11 +117,13 @@ class AgentLoop:
         model: str | None = None,
         cwd: str | None = None,
         session_id: str | None = None,
+        parent_session: str | None = None,
     ) -> Agent:
-        """A new agent on a fresh session ``<agent_id>-session-<uuid4>``; its driver starts."""
+        """A new agent on a fresh session ``<agent_id>-session-<uuid4>``; its driver starts.
+        ``parent_session`` marks a subagent's child session (its header's ``parentSession``)."""
         self._check_free(agent_id)
         session = self._ctx.require(SESSIONS).create(
-            session_id or f"{agent_id}-session-{uuid.uuid4()}", cwd=cwd
+            session_id or f"{agent_id}-session-{uuid.uuid4()}", cwd=cwd, parent_session=parent_session
         )
         return self._start(agent_id, session, AgentOptions(model=model), None, resumed=False)
 

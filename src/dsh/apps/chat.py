@@ -24,6 +24,7 @@ from dsh.apps.stdio import STDIO_APP, StdioApp
 from dsh.compose import ECHO_MODEL
 from dsh.errors import UsageError
 from dsh.llm.openai_config import DEFAULT_MODELS
+from dsh.llm.providers import provider_of
 from dsh.llm.service import LLM
 from dsh.persistence.base import StoreError
 from dsh.plugins.schedule.plugin import SCHEDULE
@@ -110,7 +111,11 @@ async def prepare_agent(args: argparse.Namespace) -> tuple[list[PluginEntry], Pa
         # Resume continues with the model the session last used; the endpoint comes from the
         # config or the flags.
         recorded = args.model = model
-        known = recorded in (ECHO_MODEL, *DEFAULT_MODELS) or os.environ.get("DEEPSEEK_BASE_URL")
+        known = (
+            recorded in (ECHO_MODEL, *DEFAULT_MODELS)
+            or os.environ.get("DEEPSEEK_BASE_URL")
+            or (recorded is not None and provider_of(recorded) is not None)  # provider:model
+        )
         if recorded is not None and not args.config and not args.base_url and not known:
             raise UsageError(_unserved(args, recorded))
     entries, base_dir = composition(args)

@@ -1,6 +1,7 @@
 """What the command-line flags select: ``dsh chat``'s plugin entries, and the session store.
 
-Owns the built-in default composition (``mock-echo`` or ``openai-llm``, ``echo-tool``, the
+Owns the built-in default composition (``mock-echo``, or the model plugin a ``provider:model``
+name picks through :mod:`dsh.llm.providers`, else ``openai-llm``; ``echo-tool``, the
 workspace tools, MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, JSONL
 sessions under ``$DSH_HOME/sessions``, ``stdio-app``), the overrides flags apply to a
 ``--config`` composition (``--model``, ``--root``, ``--store``, ``--system``, ``--resume``,
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from dsh.apps import permission_flags
 from dsh.apps.home import default_root
+from dsh.apps.store_check import database_reason
 from dsh.compose import (
     APP_NAMES,
     DEFAULT_TIME_CONTEXT,
@@ -26,6 +28,7 @@ from dsh.compose import (
 )
 from dsh.compose import open_store as open_store_by_options
 from dsh.errors import UsageError
+from dsh.llm import providers
 from dsh.persistence.base import SessionStore
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_config_file
@@ -44,6 +47,8 @@ __all__ = [
 
 WORKSPACE_NAMES = frozenset({"workspace-tools", "dsh.tools.workspace.plugin", "dsh.tools.workspace"})
 OPENAI_NAMES = frozenset({"openai-llm", "dsh.llm.openai_compat"})
+# The model plugins --timeout applies to.
+TIMEOUT_NAMES = OPENAI_NAMES | {"anthropic-llm", "dsh.llm.anthropic_llm"}
 SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
 
 
@@ -54,7 +59,10 @@ def is_real_model(args: argparse.Namespace) -> bool:
 def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
     """The built-in composition of ``dsh chat`` without ``--config``."""
     model = args.model or ECHO_MODEL
-    if is_real_model(args):
+    resolved = providers.resolve(model, args.base_url) if is_real_model(args) else None
+    if resolved is not None:  # provider:model picks its adapter, endpoint and key variable
+        llm = PluginEntry(id="llm", name=resolved.plugin, config=resolved.config)
+    elif is_real_model(args):
         # The endpoint named here serves whatever it serves: /model NAME and each resumed
         # session's own model go to it, and its error says when it does not know a name.
         llm_config: JsonObject = {"models": [model], "anyModel": True}
@@ -133,7 +141,8 @@ def _store_entries(args: argparse.Namespace) -> list[PluginEntry]:
 
 
 def _apply_timeout(args: argparse.Namespace, entries: list[PluginEntry]) -> list[PluginEntry]:
-    """``--timeout`` goes to every openai-llm entry; a composition without one refuses it."""
+    """``--timeout`` goes to every openai-llm and anthropic-llm entry; a composition without one
+    refuses it."""
     timeout = getattr(args, "timeout", None)
     if timeout is None:
         return entries
@@ -141,12 +150,12 @@ def _apply_timeout(args: argparse.Namespace, entries: list[PluginEntry]) -> list
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
     patched, found = [], False
     for e in entries:
-        if e.name in OPENAI_NAMES and not e.disabled:
+        if e.name in TIMEOUT_NAMES and not e.disabled:
             found = True
             e = PluginEntry(e.id, e.name, {**(e.config or {}), "timeoutSeconds": timeout}, e.disabled, e.line)
         patched.append(e)
     if not found:
-        raise UsageError("--timeout applies to openai-llm models, and this composition has none")
+        raise UsageError("--timeout applies to openai-llm and anthropic-llm models, and this composition has none")
     return patched
 
 
@@ -225,4 +234,9 @@ async def open_store(args: argparse.Namespace) -> tuple[SessionStore, Context]:
         config=getattr(args, "config", None),
         check=lambda kind, mounted: check_store_flags(kind, args, mounted=mounted),
     )
+    # A --sqlite file that is not a usable database: one line, exit 2, as for dsh chat.
+    reason = database_reason(opened.store)
+    if reason is not None:
+        await opened.ctx.dispose()
+        raise UsageError(reason)
     return opened.store, opened.ctx

@@ -45,7 +45,9 @@ from typing import Protocol
 from dsh import _clock
 from dsh.apps import workspace_choice
 from dsh.apps.escape import escape_controls
+from dsh.apps.store_check import unwritable_reason
 from dsh.compose import choose_store
+from dsh.errors import UsageError
 from dsh.persistence.base import SESSION_STORE, SessionInfo, SessionLocked, SessionStore, StoreError
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_plugins
@@ -110,8 +112,10 @@ async def mount_worker(ctx: Context, args: argparse.Namespace, host: CliHost) ->
     from dsh.agent import sessions as sessions_plugin
     from dsh.agent import system_prompt as system_prompt_plugin
     from dsh.llm import service as llm_plugin
+    from dsh.observability.env import maybe_mount as mount_telemetry
     from dsh.tools import registry as tools_plugin
 
+    await mount_telemetry(ctx)  # traces of every delivery, when OTEL_EXPORTER_OTLP_ENDPOINT is set
     for plugin in (sessions_plugin, llm_plugin, system_prompt_plugin, agents_plugin, tools_plugin):
         await ctx.plugin(plugin)
     chat = argparse.Namespace(**{**vars(args), "resume": None, "store": None})
@@ -119,6 +123,10 @@ async def mount_worker(ctx: Context, args: argparse.Namespace, host: CliHost) ->
     entries.append(PluginEntry("schedule", "schedule", {"live": False}))
     store, base = store_entry(args)
     await load_plugins(ctx, [store, *entries], base_dir=base)
+    # Before any reminder's turn (and its tools) runs: a store it cannot write would lose it.
+    reason = unwritable_reason(ctx.require(SESSION_STORE))
+    if reason is not None:
+        raise UsageError(reason)
     await ctx.plugin(loop_plugin)
 
 

@@ -17,6 +17,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from dsh.apps.escape import escape_controls
+from dsh.llm import anthropic_request
+from dsh.llm.providers import provider_of
+from dsh.llm.types import LlmRequest
 from dsh.persistence.base import SessionStore, StoreError
 from dsh.session import DerivedMessages, Event, Session
 
@@ -37,9 +40,12 @@ def iter_requests(events: Sequence[Event], wanted: Wanted | None = None) -> Iter
     ) -> dict[str, Any]:
         header = header or {}
         config = header.get("config") or {}
-        return {"turn": turn, "step": step, "seq": step_start.seq, "model": config.get("model"),
-                "config": config, "system": header.get("system"), "tools": header.get("tools") or [],
-                "messages": _Messages(list(header.get("messagePrefix") or []), history)}
+        rebuilt = {"turn": turn, "step": step, "seq": step_start.seq, "model": config.get("model"),
+                   "config": config, "system": header.get("system"), "tools": header.get("tools") or [],
+                   "messages": _Messages(list(header.get("messagePrefix") or []), history)}
+        if _is_anthropic(rebuilt["model"]):
+            rebuilt["wire"] = anthropic_request.wire_request(_llm_request(rebuilt))
+        return rebuilt
 
     for event in events:
         if event.type == "request/header":
@@ -57,6 +63,18 @@ def iter_requests(events: Sequence[Event], wanted: Wanted | None = None) -> Iter
         replay.extend([event])
     if pending is not None:
         yield close(*pending, latest)
+
+
+def _is_anthropic(model: object) -> bool:
+    provider = provider_of(model) if isinstance(model, str) else None
+    return provider is not None and provider.plugin == "anthropic-llm"
+
+
+def _llm_request(request: dict[str, Any]) -> LlmRequest:
+    return LlmRequest(
+        model=str(request["model"]), messages=list(request["messages"]),
+        system=request["system"] or None, tools=request["tools"],
+    )
 
 
 class _Messages(Sequence[Any]):
@@ -136,12 +154,15 @@ async def requests(store: SessionStore, args: argparse.Namespace, out: TextIO) -
 
 def write_text(request: dict[str, Any], out: TextIO) -> None:
     lines = [f"── turn {request['turn']} step {request['step']} · model {request['model']} · seq {request['seq']} ──"]
+    cached = "wire" in request
+    mark = " ⚑ cache" if cached else ""
+    marked = anthropic_request.marked_messages(_llm_request(request)) if cached else set()
     if request["system"]:
-        lines.append(f"[system] {request['system']}")
+        lines.append(f"[system] {request['system']}{mark}")
     if request["tools"]:
-        lines.append(f"[tools] {', '.join(str(t.get('name', '?')) for t in request['tools'])}")
-    for message in request["messages"]:
-        lines.append(f"[{message['role']}] {message_text(message)}")
+        lines.append(f"[tools] {', '.join(str(t.get('name', '?')) for t in request['tools'])}{mark}")
+    for index, message in enumerate(request["messages"]):
+        lines.append(f"[{message['role']}] {message_text(message)}{' ⚑ cache' if index in marked else ''}")
     out.write(escape_controls("\n".join(lines)) + "\n\n")
 
 

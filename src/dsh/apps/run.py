@@ -5,8 +5,9 @@ Owns sending the prompt as one turn of agent ``main`` (a new session, or ``--res
 one of three formats:
 
 - ``text``: the final reply (the text of the turn's last assistant message) and a newline;
-- ``json``: one object ``{"type":"result","sessionId","turn","model","reason","text","usage"}``,
-  ``usage`` summed over the turn's steps;
+- ``json``: one object ``{"type":"result","sessionId","turn","model","reason","text","usage",
+  "costUsd"}``, ``usage`` summed over the turn's steps, ``costUsd`` its price (``null`` when the
+  price table does not know the model);
 - ``stream-json``: every durable event of this run, one compact JSON line each (exactly its log
   line), written as it is appended, then nothing else.
 
@@ -38,6 +39,14 @@ def read_prompt(args: argparse.Namespace) -> str:
     if not text.strip():
         raise UsageError("the prompt is empty (pass it as an argument, or - to read it from stdin)")
     return text
+
+
+def cost_usd(events: list[Event], model: str | None) -> float | None:
+    """The turn's cost in USD from the price table, ``None`` for a model it does not know."""
+    from dsh.observability.cost import events_cost
+
+    cost = events_cost(events, model)
+    return None if cost is None else float(cost)
 
 
 def summarise(events: list[Event]) -> dict[str, Any]:
@@ -128,7 +137,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     elif fmt == "json":
         ordered = {"type": "result", "sessionId": result["sessionId"], "turn": result["turn"],
                    "model": result["model"], "reason": result["reason"], "text": result["text"],
-                   "usage": result["usage"]}
+                   "usage": result["usage"], "costUsd": cost_usd(mine, result["model"])}
         out.write(json.dumps(ordered, ensure_ascii=False) + "\n")
     out.flush()
     kind = result["reason"].get("kind")

@@ -4,7 +4,7 @@ Owns ``list`` (this folder's sessions, or ``--all``, with a title, turns, model 
 activity; a session whose log does not load is marked ``CORRUPT``; columns are measured in
 terminal cells so CJK text lines up) and the timeline rendering of ``show`` (each time reading,
 compaction checkpoint, reasoning (dim on a terminal), tool call and result in order, shadowed
-events marked, the model and token usage at each turn's end, and the zone its times are in).
+events marked, the model, token usage and cost (genai-prices) at each turn's end, the session's total cost, and the zone its times are in).
 ``requests`` lives in :mod:`dsh.apps.requests_view`; import and salvage in
 :mod:`dsh.apps.salvage`. Every line goes through :mod:`dsh.apps.escape`. Reads take no lock and
 never repair, so they work while another process writes.
@@ -23,11 +23,13 @@ from typing import Any
 from rich.cells import cell_len, get_character_cell_size
 
 from dsh import _json, _zones
-from dsh.apps import requests_view, tool_view
-from dsh.apps.escape import escape_controls
+from dsh.apps import list_facts, requests_view, tool_view
+from dsh.apps.escape import escape_controls, escape_json
+from dsh.apps.list_facts import text_of as _text
 from dsh.apps.requests_view import rebuild_requests
 from dsh.errors import UsageError
-from dsh.persistence.base import SessionStore, StoredSession, StoreError
+from dsh.observability.cost import format_usd, usage_cost
+from dsh.persistence.base import SessionInfo, SessionStore, StoredSession, StoreError
 from dsh.plugins.schedule.delivery import describe as reminder_summary
 from dsh.plugins.schedule.delivery import describe_change
 from dsh.plugins.time_context.request_zone import source_zone
@@ -40,18 +42,6 @@ def _time(ms: int, *, date: bool = False) -> str:
     # The same zone and zone data as time-context's readings, not libc's copy.
     moment = datetime.fromtimestamp(ms / 1000, tz=_zones.local_zone())
     return moment.strftime("%Y-%m-%d %H:%M:%S" if date else "%H:%M:%S")
-
-
-def _text(blocks: Any) -> str:
-    parts = []
-    for block in blocks or ():
-        if not isinstance(block, dict):
-            continue
-        if block.get("type") in ("text", "reasoning"):
-            parts.append(str(block.get("text", "")))
-        elif block.get("type") == "tool-call":
-            parts.append(f"{block.get('name')}({block.get('arguments')})")
-    return "".join(parts)
 
 
 def header_line(header: dict[str, Any]) -> bytes:
@@ -69,20 +59,17 @@ def header_line(header: dict[str, Any]) -> bytes:
 
 def _facts(stored: StoredSession) -> dict[str, Any]:
     """Turns, last activity, title (the first prompt's first line) and the latest model."""
-    turns, title, model = 0, None, None
-    for event in stored.events:
-        if event.type == "turn/start":
-            turns = max(turns, int(event.data.get("turn", 0)))
-        elif event.type == "user/message" and title is None:
-            source = event.data.get("source") or {}
-            if source.get("plugin") != "compact":
-                text = _text(event.data.get("content")).strip()
-                title = text.splitlines()[0] if text else None
-        elif event.type == "request/header":
-            config = (event.data.get("header") or {}).get("config") or {}
-            model = config.get("model") if isinstance(config.get("model"), str) else model
-    last = stored.events[-1].time if stored.events else None
-    return {"turns": turns, "lastActivity": last, "title": title, "model": model}
+    return list_facts.facts((event.type, event.data, event.time) for event in stored.events)
+
+
+def _row_facts(store: SessionStore, info: SessionInfo) -> dict[str, Any] | None:
+    """A large JSONL log's facts from a bounded read; ``None``: read the log whole."""
+    if store.kind != "jsonl" or not info.location:
+        return None
+    try:
+        return list_facts.bounded_facts(info.location)
+    except OSError:
+        return None
 
 
 async def list_sessions(store: SessionStore, args: argparse.Namespace) -> int:
@@ -94,7 +81,8 @@ async def list_sessions(store: SessionStore, args: argparse.Namespace) -> int:
     for info in infos:
         row: dict[str, Any] = {"id": info.id, "createdAt": info.created_at, "cwd": info.header.get("cwd")}
         try:
-            row.update(_facts(await store.read(info.id)))
+            found = await asyncio.to_thread(_row_facts, store, info)
+            row.update(found if found is not None else _facts(await store.read(info.id)))
             row["corrupt"] = None
         except StoreError as exc:
             row.update({"turns": None, "lastActivity": info.modified_ms, "title": None, "model": None,
@@ -169,16 +157,20 @@ def timeline(session: Session, *, dim: bool = False) -> list[str]:
     model: str | None = None
     usage: dict[str, int] = {}
     names: dict[str, str] = {}
+    calls: list[tuple[str, dict[str, int], int | None]] = []  # this turn's, priced at its end
+    session_calls: list[tuple[str, dict[str, int], int | None]] = []
     for event in session.events:
         if event.type == "request/header":
             config = (event.data.get("header") or {}).get("config") or {}
             model = config.get("model") if isinstance(config.get("model"), str) else model
         elif event.type == "turn/start":
-            usage = {}
+            usage, calls = {}, []
         elif event.type == "assistant/message":
             for key, value in (event.data.get("usage") or {}).items():
                 if isinstance(value, int):
                     usage[key] = usage.get(key, 0) + value
+            if isinstance(event.data.get("usage"), dict):
+                calls.append((model or "", event.data["usage"], event.time))
             thought = _reasoning(event)
             if thought:
                 said = escape_controls(f"{_time(event.time)}  thinking   {thought}").replace("\n", "\n" + " " * 20)
@@ -188,11 +180,21 @@ def timeline(session: Session, *, dim: bool = False) -> list[str]:
             continue
         line = entry
         if event.type == "turn/end":
-            line += _turn_facts(model, usage)
+            line += _turn_facts(model, usage) + _cost_fact(calls)
+            session_calls += calls
         marker = " (shadowed)" if event.surface_op is not None and event.seq not in visible else ""
         # Continuation lines line up under the text column (time + label = 20 columns).
         lines.append(escape_controls(line + marker).replace("\n", "\n" + " " * 20))
+    total = usage_cost(session_calls)
+    if total is not None:
+        lines.append(f"total cost {format_usd(total)} over {len(session_calls)} model calls (prices: genai-prices)")
     return lines
+
+
+def _cost_fact(calls: list[tuple[str, dict[str, int], int | None]]) -> str:
+    """`` · cost $0.0012`` when the price table knows every call's model, else nothing."""
+    cost = usage_cost(calls)
+    return "" if cost is None else f" · cost {format_usd(cost)}"
 
 
 DIM, RESET = "\x1b[2m", "\x1b[0m"
@@ -208,7 +210,9 @@ def _turn_facts(model: str | None, usage: dict[str, int]) -> str:
     if usage:
         parts.append(f"tokens in/out {usage.get('inputTokens', 0)}/{usage.get('outputTokens', 0)}")
         if usage.get("cacheReadTokens"):
-            parts.append(f"cache hits {usage['cacheReadTokens']}")
+            hits = usage["cacheReadTokens"]
+            total = usage.get("inputTokens", 0) + hits + usage.get("cacheWriteTokens", 0)
+            parts.append(f"cache hits {hits} ({hits * 100 // total}% of input)")
         if usage.get("reasoningTokens"):
             parts.append(f"reasoning {usage['reasoningTokens']}")
     return "".join(f" · {p}" for p in parts)
@@ -373,6 +377,10 @@ async def export(store: SessionStore, args: argparse.Namespace) -> int:
         fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+    elif sys.stdout.isatty():
+        # To a terminal the log is shown, not obeyed (JSON escapes: still the same log).
+        sys.stdout.write(escape_json(data.decode("utf-8", "replace")))
+        sys.stdout.flush()
     else:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()

@@ -19,6 +19,13 @@ __all__ = ["ACTIONS", "run"]
 
 Action = Callable[[SessionStore, argparse.Namespace], Awaitable[int]]
 
+
+async def _trace(store: SessionStore, args: argparse.Namespace) -> int:
+    from dsh.observability.replay import trace_command  # OpenTelemetry only for this action
+
+    return await trace_command(store, args)
+
+
 # Every action but ``import``, which writes a new session rather than reading one.
 ACTIONS: Mapping[str, Action] = {
     "list": sessions.list_sessions,
@@ -27,6 +34,7 @@ ACTIONS: Mapping[str, Action] = {
     "rm": sessions.remove,
     "export": sessions.export,
     "salvage": salvage.salvage,
+    "trace": _trace,
 }
 
 

@@ -242,6 +242,24 @@ class StdioApp:
             self._remove_model_hook = self.ctx.on(REQUEST, self._model_hook)
         return None
 
+    async def serve_model(self, model: str) -> str | None:
+        """``/model provider:model`` not served yet: mount the provider's adapter for it (the
+        endpoint and key from the provider's variables); returns the problem, if any."""
+        llm = self.ctx.require(LLM)
+        if llm.has_model(model):
+            return None
+        from dsh.llm import providers
+        from dsh.runtime.resolve import resolve_plugin
+
+        try:
+            resolved = providers.resolve(model)
+            if resolved is None:
+                return None  # a bare name: switch_model says whether it is served
+            await self.ctx.plugin(resolve_plugin(resolved.plugin), resolved.config)
+        except Exception as exc:
+            return f"cannot serve {escape_controls(model)}: {escape_controls(str(exc))}"
+        return None
+
     async def _model_hook(self, request: RequestConfig, next_: Callable[[], Awaitable[JsonMap]]) -> JsonMap:
         result = await next_()
         model = request.agent.options.model

@@ -5,15 +5,20 @@ folder) showed ``ready.``, streamed the reply, and then lost the whole conversat
 traceback at the first flush. stdio-app calls :func:`check_writable` before it creates or
 resumes its agent: the store's folder is created now (as the store itself would, mode 0700) and
 a probe file is written in it, so the user gets one line before anything is typed.
+
+A SQLite store is opened too (:meth:`SqliteStore.check`): a ``--sqlite`` file that is not a
+database, is truncated or read-only, or is a folder, printed ``ready.``, ran turns whose tools
+really executed, saved nothing and ended in a traceback.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import tempfile
 
 from dsh.persistence._paths import ensure_private_dir
-from dsh.persistence.base import SessionStore
+from dsh.persistence.base import SessionStore, UnsupportedVersion
 
 
 class StoreUnwritable(Exception):
@@ -58,6 +63,24 @@ def unwritable_reason(store: SessionStore) -> str | None:
             pass
     except OSError as exc:
         return f"session folder {_shown(folder)} is not writable: {exc.strerror or exc}"
+    return database_reason(store)
+
+
+def database_reason(store: SessionStore) -> str | None:
+    """One line saying why a SQLite store's file cannot be used (``None`` for other stores)."""
+    from dsh.persistence.sqlite import SqliteStore
+
+    if not isinstance(store, SqliteStore):
+        return None
+    what = f"cannot use session database {_shown(store.path)}"
+    if os.path.isdir(store.path):
+        return f"{what}: it is a folder"
+    try:
+        store.check()
+    except UnsupportedVersion as exc:
+        return str(exc)
+    except (sqlite3.Error, OSError) as exc:
+        return f"{what}: {exc}"
     return None
 
 

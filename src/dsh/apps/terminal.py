@@ -49,6 +49,7 @@ from dsh.apps.escape import escape_controls
 from dsh.apps.term import commands
 from dsh.apps.term.host import TerminalApp
 from dsh.apps.term.view import Style, TranscriptView, replay
+from dsh.llm.catalog import unknown_note
 from dsh.session import Event, Session
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -311,6 +312,9 @@ class TerminalUI:
             + self.style.dim(f" session {app.session_id} · /help for commands · Ctrl-D to leave")
             + "\n"
         )
+        note = unknown_note(app.agent.options.model or "")
+        if note:  # an unknown model runs on the catalog's defaults: say which, once
+            self.say(note)
         if app.agent.session.last_turn:
             self.show_history()
         ticker = asyncio.get_running_loop().create_task(self._tick())
@@ -330,7 +334,7 @@ class TerminalUI:
                 handler.setStream(stream)
                 handler.removeFilter(filter_)
         if app.agent.session.last_turn:
-            print(f"resume with: dsh chat --resume {app.session_id}", file=saved[0], flush=True)
+            print(f"resume with: dsh chat --resume {escape_controls(app.session_id)}", file=saved[0], flush=True)
 
 
 async def run_terminal(app: TerminalApp, stdout: TextIO) -> None:

@@ -7,8 +7,14 @@
 - :mod:`dsh.llm.echo`: the keyless ``mock-echo`` model (plugin ``echo-llm``);
 - :mod:`dsh.llm.openai_compat`: DeepSeek / OpenAI-compatible endpoints (plugin ``openai-llm``),
   with its config, request, stream and error mappings in ``openai_config``, ``openai_request``,
-  ``openai_stream`` and ``openai_errors`` (README.md); not imported here so that importing
-  :mod:`dsh.llm` stays cheap.
+  ``openai_stream`` and ``openai_errors`` (README.md);
+- :mod:`dsh.llm.anthropic_llm`: Anthropic's Messages API (plugin ``anthropic-llm``, the
+  ``dsh[anthropic]`` extra), with ``anthropic_config``, ``anthropic_request``, ``anthropic_stream``
+  and ``anthropic_errors``;
+- :mod:`dsh.llm.providers` (``provider:model`` names) and :mod:`dsh.llm.catalog` (the model
+  catalog, ``catalog.toml``).
+
+None of the adapters is imported here, so that importing :mod:`dsh.llm` stays cheap.
 """
 
 from dsh.llm.assembler import ChunkAssembler

@@ -43,9 +43,9 @@ from dsh.llm.openai_config import (
 from dsh.llm.openai_errors import ErrorMapper, IdleTimeout
 from dsh.llm.openai_request import build_messages, build_tools, request_kwargs
 from dsh.llm.openai_stream import Translator, map_finish_reason, map_usage
+from dsh.llm.pump import pumped
 from dsh.llm.service import LLM
 from dsh.llm.types import LlmError, LlmRequest, StreamChunk
-from dsh.runtime.abort import run_cancellable
 
 if TYPE_CHECKING:
     from dsh.runtime import Context
@@ -77,14 +77,6 @@ def _user_agent() -> str:
         return f"dsh/{_dist_version('dsh')}"
     except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         return "dsh"
-
-
-class _PumpAborted(Exception):
-    """The pump was cancelled by the request's signal (the stream then ends ``aborted``)."""
-
-
-# What the pump hands the consumer: a chunk, or its own task once it is done.
-_Item = tuple[Literal[0], StreamChunk] | tuple[Literal[1], asyncio.Future[None]]
 
 
 class OpenAICompatAdapter:
@@ -179,45 +171,9 @@ class OpenAICompatAdapter:
 
     # ------------------------------------------------------------------ the adapter protocol
 
-    async def stream(self, request: LlmRequest) -> AsyncIterator[StreamChunk]:
+    def stream(self, request: LlmRequest) -> AsyncIterator[StreamChunk]:
         """Stream ``request``; ends with finish ``{kind:'aborted'}`` when its signal aborts."""
-        signal = request.signal
-        if signal is not None and signal.aborted:
-            yield {"type": "finish", "reason": {"kind": "aborted"}}
-            return
-        queue: asyncio.Queue[_Item] = asyncio.Queue()
-        put = queue.put_nowait
-
-        def emit(chunk: StreamChunk) -> None:
-            put((0, chunk))
-
-        # Abort → cancel the pump at once: its ``finally`` closes the HTTP stream.
-        work = self._pump(request, emit)
-        pump = asyncio.ensure_future(work if signal is None else run_cancellable(work, signal, _PumpAborted))
-        pump.add_done_callback(lambda task: put((1, task)))
-        try:
-            while True:
-                item = await queue.get()
-                if signal is not None and signal.aborted:
-                    yield {"type": "finish", "reason": {"kind": "aborted"}}
-                    return
-                if item[0] == 0:
-                    yield item[1]
-                    continue
-                done = item[1]
-                if done.cancelled():
-                    # not by the signal (checked above): the pump was cancelled from outside
-                    raise LlmError("the model stream was cancelled", code="ABORTED")
-                exc = done.exception()
-                if exc is not None:
-                    raise exc
-                return
-        finally:
-            if not pump.done():
-                pump.cancel()
-                await asyncio.wait({pump})
-            elif not pump.cancelled():
-                pump.exception()  # retrieved: it was raised above or superseded by the abort
+        return pumped(lambda emit: self._pump(request, emit), request.signal)
 
 
 # --------------------------------------------------------------------------- plugin

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from dsh.llm.providers import wire_model
 from dsh.llm.types import LlmRequest
 from dsh.session.vocab import JsonObject
 
@@ -109,7 +110,8 @@ def build_tools(tools: Sequence[_Wire]) -> list[JsonObject]:
 def request_kwargs(request: LlmRequest, extra_body: Mapping[str, object]) -> JsonObject:
     """The SDK ``chat.completions.create`` keyword arguments for ``request``."""
     kwargs: JsonObject = {
-        "model": request.model,
+        # "deepseek:deepseek-chat" routes here; the API knows it as "deepseek-chat".
+        "model": wire_model(request.model),
         "messages": build_messages(request.system, request.messages),
         "stream": True,
         "stream_options": {"include_usage": True},

@@ -10,9 +10,10 @@ fail; before each, :meth:`OpenLog.check_unchanged` refuses a file another progra
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dsh.persistence._local import LocalTracked
 from dsh.persistence._locks import WriterLock
@@ -26,8 +27,15 @@ from dsh.persistence._paths import (
 from dsh.persistence.base import SessionExists, SessionModified, StoreError
 from dsh.session.vocab import JsonObject
 
-TAIL_BYTES = 256
-"""How many of its last bytes a writer reads back before each append (see ``check_unchanged``)."""
+BACK_STEP = 64 * 1024
+"""How far back each read goes when a reopened log's last line is looked for."""
+
+VERIFY_CHUNK = 1 << 20
+"""Bytes per read when the whole file is checked against the running digest."""
+
+
+def _digest() -> hashlib._Hash:
+    return hashlib.sha256()  # hardware-accelerated on current x86 and ARM (SHA extensions)
 
 
 @dataclass(kw_only=True)
@@ -40,8 +48,12 @@ class OpenLog(LocalTracked):
     fd: int | None = None  # None until materialised
     identity: tuple[int, int] = (0, 0)
     """``(st_dev, st_ino)`` of the file this writer appends to."""
-    tail: bytes = b""
-    """The last bytes this writer wrote (or found) at the end of the file."""
+    last_line: bytes = b""
+    """The file's last line (newline included) as this writer wrote or found it."""
+    digest: hashlib._Hash = field(default_factory=_digest)
+    """SHA-256 of the file's first ``size`` bytes, as this writer wrote or found them."""
+    stamp: tuple[int, int] = (0, 0)
+    """``(st_mtime_ns, st_ctime_ns)`` after this writer's last write or check."""
 
     def write(self, payload: bytes, *, sync: bool) -> None:
         """Write newline-ended event lines: the first write publishes the file."""
@@ -62,9 +74,19 @@ class OpenLog(LocalTracked):
         harness resuming the same session, an editor) can still write. Appending after it would
         leave a log neither can load, so the session stops being written and the file is left
         alone. Checked: the path still names our inode, its size is the size we left, and its
-        last bytes are the ones we wrote (one ``fstat``, one ``stat``, one small ``pread``).
+        header line and its whole last line are byte for byte the ones we wrote, so a same-size
+        rewrite of either is caught too (one ``fstat``, one ``stat``, two ``pread``s of what is
+        in the page cache: the header, typically 100-300 bytes, and the last line, typically a
+        few hundred bytes, at most the size of the largest event). When the file's modification
+        or change time is not the one this writer left, the whole file is read back and compared
+        with the running SHA-256 digest of what was written, so a same-size rewrite of any line
+        is caught too; that read happens only after something else touched the file. (A rewrite
+        within the same clock tick as dsh's own write leaves both times alone; the header and
+        last-line checks still apply then.)
         """
         assert self.fd is not None
+        head = self.header_line + b"\n"
+        last = self.last_line
         try:
             here = os.fstat(self.fd)
             there = os.stat(self.path)
@@ -72,13 +94,28 @@ class OpenLog(LocalTracked):
                 here.st_size == self.size
                 and (here.st_dev, here.st_ino) == self.identity
                 and (there.st_dev, there.st_ino) == self.identity
-                and os.pread(self.fd, len(self.tail), self.size - len(self.tail)) == self.tail
+                and os.pread(self.fd, len(head), 0) == head
+                and os.pread(self.fd, len(last), self.size - len(last)) == last
             )
+            if same and (here.st_mtime_ns, here.st_ctime_ns) != self.stamp:
+                same = self._whole_file_unchanged()
+                self.stamp = (here.st_mtime_ns, here.st_ctime_ns)
         except FileNotFoundError:
             same = False
         if not same:
             self.broken = SessionModified(str(self.header["id"]))
             raise self.broken
+
+    def _whole_file_unchanged(self) -> bool:
+        assert self.fd is not None
+        digest, offset = _digest(), 0
+        while offset < self.size:
+            chunk = os.pread(self.fd, min(VERIFY_CHUNK, self.size - offset), offset)
+            if not chunk:
+                return False
+            digest.update(chunk)
+            offset += len(chunk)
+        return digest.digest() == self.digest.digest()
 
     def _publish(self, payload: bytes) -> None:
         directory = os.path.dirname(self.path)
@@ -110,13 +147,17 @@ class OpenLog(LocalTracked):
         self.size = len(data)
         stat = os.fstat(fd)
         self.identity = (stat.st_dev, stat.st_ino)
-        self.tail = data[-TAIL_BYTES:]
+        self.stamp = (stat.st_mtime_ns, stat.st_ctime_ns)
+        self.last_line = _last_line_of(data)
+        self.digest.update(data)
 
     def _append(self, payload: bytes, *, sync: bool) -> None:
         assert self.fd is not None
         before = self.size
         try:
             write_all(self.fd, payload)
+            # At once, before the fsync: a foreign write after this fstat changes the times.
+            written = os.fstat(self.fd)
             if sync:  # a later fsync of this file covers a checkpoint's bytes too
                 os.fsync(self.fd)
         except BaseException:
@@ -130,11 +171,29 @@ class OpenLog(LocalTracked):
                 )
             raise
         self.size = before + len(payload)
-        self.tail = (
-            payload[-TAIL_BYTES:]
-            if len(payload) >= TAIL_BYTES
-            else (self.tail + payload)[-TAIL_BYTES:]
-        )
+        self.last_line = _last_line_of(payload)  # payloads are whole lines
+        self.digest.update(payload)
+        self.stamp = (written.st_mtime_ns, written.st_ctime_ns)
+
+
+def _last_line_of(data: bytes) -> bytes:
+    """The last newline-ended line of ``data`` (which ends with a newline)."""
+    return data[data.rfind(b"\n", 0, len(data) - 1) + 1 :]
+
+
+def _read_last_line(fd: int, size: int) -> bytes:
+    """The last line of the first ``size`` bytes of ``fd`` (newline-ended), read backwards."""
+    end = size - 1  # the final newline
+    start = end
+    while start > 0:
+        step = min(BACK_STEP, start)
+        chunk = os.pread(fd, step, start - step)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            start = start - step + cut + 1
+            break
+        start -= step
+    return os.pread(fd, size - start, start)
 
 
 def reopen(
@@ -147,12 +206,20 @@ def reopen(
     kept_end: int,
     torn: bool,
     closers: bytes,
+    raw: bytes,
+    stamp: tuple[int, int],
 ) -> OpenLog:
     """Open a loaded log for appending: cut it back to ``kept_end`` when its tail is ``torn``
-    and append ``closers`` (crash-repair lines), durably; the entry that tracks the result."""
+    and append ``closers`` (crash-repair lines), durably; the entry that tracks the result.
+    ``raw`` is the file as it was read and validated (its first ``kept_end`` bytes are kept),
+    ``stamp`` its times then."""
     remove_stale_temps(path)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
     try:
+        opened = os.fstat(fd)
+        # Unchanged since it was read: this writer's own repair below restamps it. Otherwise
+        # the stamp stays unset and the first check reads the whole file back once.
+        unchanged = stamp != (0, 0) and (opened.st_mtime_ns, opened.st_ctime_ns) == stamp
         size = kept_end
         if torn:
             os.ftruncate(fd, size)
@@ -166,10 +233,13 @@ def reopen(
                 raise
             size += len(closers)
         stat = os.fstat(fd)
-        tail = os.pread(fd, min(size, TAIL_BYTES), max(0, size - TAIL_BYTES))
+        last_line = _read_last_line(fd, size)
     except BaseException:
         os.close(fd)
         raise
+    digest = _digest()
+    digest.update(memoryview(raw)[:kept_end])
+    digest.update(closers)
     return OpenLog(
         header=header,
         header_line=header_line,
@@ -179,5 +249,7 @@ def reopen(
         size=size,
         fd=fd,
         identity=(stat.st_dev, stat.st_ino),
-        tail=tail,
+        last_line=last_line,
+        digest=digest,
+        stamp=(stat.st_mtime_ns, stat.st_ctime_ns) if unchanged else (0, 0),
     )

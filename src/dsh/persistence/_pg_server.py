@@ -28,12 +28,12 @@ from dsh.persistence._pg_sql import (
     hash64,
     one_line,
 )
-from dsh.persistence.base import SessionLocked, StoreError, UnsupportedVersion
+from dsh.persistence.base import SessionLocked, StoreError, StoreUnavailable, UnsupportedVersion
 
 Connection = psycopg.AsyncConnection[TupleRow]
 
 
-class PostgresUnavailable(StoreError):
+class PostgresUnavailable(StoreUnavailable):
     """The server could not be reached; the text names host, port and database, never a password."""
 
 

@@ -1,13 +1,14 @@
 """The SQLite store's database: schema, connection, and the row shapes it reads and writes.
 
 Owns :func:`connect` (create with mode 0600, WAL, ``synchronous = FULL``, migrate to
-``PRAGMA user_version = 4``), the ``events`` row of an event line (:func:`row`, :data:`INSERT`),
+``PRAGMA user_version = 4``), the start-up :func:`probe`, the ``events`` row of an event line (:func:`row`, :data:`INSERT`),
 the snapshot-covered read (:func:`covered_lines`) and the write transaction
 (:func:`write_transaction`). Used by :mod:`dsh.persistence.sqlite`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -78,6 +79,22 @@ def write_transaction(db: sqlite3.Connection) -> Iterator[None]:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
+
+
+def probe(db: sqlite3.Connection) -> None:
+    """Take the write lock and read both tables' ends, then roll back: what the first append will
+    need. A file that is not a database, a truncated one, a read-only one or one whose tables are
+    damaged raises ``sqlite3.Error`` here, before a conversation starts, instead of at its first
+    flush. Cheap: a few pages, whatever the database's size (no integrity scan)."""
+    with contextlib.suppress(sqlite3.Error):
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("SELECT count(*) FROM sessions").fetchone()
+        db.execute("SELECT seq FROM events ORDER BY session_id DESC, seq DESC LIMIT 1").fetchone()
+    finally:
+        db.execute("ROLLBACK")
 
 
 def _migrate(db: sqlite3.Connection, path: str) -> None:

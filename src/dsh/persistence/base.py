@@ -82,6 +82,10 @@ class SessionModified(AppendSeqMismatch):
         self.session_id = session_id
 
 
+class StoreUnavailable(StoreError):
+    """The store's server could not be reached (raised at start-up: the command refuses to run)."""
+
+
 class UnsupportedVersion(StoreError):
     """A session header (or a database schema) written by a format this build cannot read."""
 

@@ -91,6 +91,8 @@ class _ParsedLog(Parsed):
     raw: bytes
     starts: Callable[[], array[int]]
     """Where each preserved event line starts, then ``kept_end`` (computed on demand)."""
+    stamp: tuple[int, int] = (0, 0)
+    """``(st_mtime_ns, st_ctime_ns)`` of the file while ``raw`` was read (0s if it changed)."""
 
 
 class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
@@ -160,7 +162,13 @@ class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
     def _parse(self, session_id: str, *, repair: bool) -> _ParsedLog:
         path = self._find_one(session_id)
         with open(path, "rb") as file:
+            before = os.fstat(file.fileno())
             raw = file.read()
+            after = os.fstat(file.fileno())
+        # What the foreign-writer check starts from (see OpenLog.check_unchanged).
+        stamp = (after.st_mtime_ns, after.st_ctime_ns)
+        if stamp != (before.st_mtime_ns, before.st_ctime_ns) or after.st_size != len(raw):
+            stamp = (0, 0)
         header, header_end = split_header(raw, path)
         check_header(header, session_id, path)
         found = read_fold(path + _FOLD_SUFFIX, raw, header_end)
@@ -180,6 +188,7 @@ class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
             kept_end=scan.kept_end,
             raw=raw,
             starts=scan.starts,
+            stamp=stamp,
         )
 
     def _fix_tail(self, session_id: str, parsed: _ParsedLog, lock: WriterLock) -> OpenLog:
@@ -192,6 +201,8 @@ class JsonlStore(LocalStore[OpenLog, _ParsedLog]):
             kept_end=parsed.kept_end,
             torn=parsed.torn_bytes > 0,
             closers=_closer_bytes(parsed.closers),
+            raw=parsed.raw,
+            stamp=parsed.stamp,
         )
 
     def _fold_writer(self, session_id: str, parsed: _ParsedLog) -> Callable[[], None]:
@@ -308,29 +319,42 @@ def _closer_bytes(closers: list[Event]) -> bytes:
     return b"".join(encode_event(event) + b"\n" for event in closers)
 
 
+HEADER_LIMIT = 1 << 20
+"""A header line longer than this is not listed (headers are a few hundred bytes)."""
+
+_STEP = 1 << 16
+
+
 def _peek(path: str) -> SessionInfo | None:
-    """Header and facts of one log file, reading only its first lines."""
+    """Header and facts of one log file, reading a bounded header line and, to see that one
+    complete event line follows it, at most the file's torn tail (backwards, a block at a time):
+    never a whole event line into memory, so a 1 GB line costs nothing here."""
     try:
         with open(path, "rb") as file:
-            stat = os.fstat(file.fileno())
-            buffer = file.read(65536)
-            while b"\n" not in buffer:
-                more = file.read(65536)
-                if not more or len(buffer) > 16 << 20:
-                    return None
-                buffer += more
-            end = buffer.index(b"\n")
-            header = parse_header(buffer[:end], path)
-            # Zero-event logs are absent: require one complete event line.
-            while b"\n" not in buffer[end + 1 :]:
-                more = file.read(65536)
-                if not more:
-                    return None
-                buffer += more
+            fd = file.fileno()
+            stat = os.fstat(fd)
+            head = os.pread(fd, HEADER_LIMIT + 1, 0)
+            end = head.find(b"\n")
+            if end < 0:
+                return None
+            header = parse_header(head[:end], path)
+            if not _has_complete_line_after(fd, end, stat.st_size):
+                return None  # zero-event logs are absent
     except (OSError, StoreError) as exc:
         log.debug("skipping %s in session list: %s", path, exc)
         return None
     return SessionInfo(header=header, location=path, modified_ms=stat.st_mtime_ns // 1_000_000)
+
+
+def _has_complete_line_after(fd: int, header_newline: int, size: int) -> bool:
+    """Whether a newline ends a line that starts after the header (the last one found first)."""
+    position = size
+    while position > header_newline + 1:
+        start = max(header_newline + 1, position - _STEP)
+        if b"\n" in os.pread(fd, position - start, start):
+            return True
+        position = start
+    return False
 
 
 # -- plugin ----------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from dsh.persistence._sqlite_db import (
     chunk_bases,
     connect,
     covered_lines,
+    probe,
     write_transaction,
 )
 from dsh.persistence._sqlite_db import (
@@ -113,6 +114,11 @@ class SqliteStore(LocalStore[_OpenSession, _Parsed]):
         if self._db is None:
             self._db = connect(self.path)
         return self._db
+
+    def check(self) -> None:
+        """Open the database now and make sure a write can start (``sqlite3.Error`` or
+        :class:`UnsupportedVersion` otherwise; see :func:`~dsh.persistence._sqlite_db.probe`)."""
+        probe(self._conn())
 
     def _where(self, session_id: str) -> str:
         return f'{self.path} (session "{session_id}")'

@@ -6,21 +6,41 @@ because config files may come from anywhere: ``yaml.SafeLoader`` refuses custom 
 ``!!python/object``), duplicate mapping keys are refused instead of silently keeping the last
 one, and a document whose alias expansion would be huge (a "billion laughs" bomb) is refused
 after composing the node graph, before anything expands it.
+
+What a hostile file can cost is bounded before and while it is parsed: a file over
+``MAX_CONFIG_BYTES`` is refused before it is read in full, and composing stops at the
+``MAX_NODES``-th node or the ``MAX_FLOW_DEPTH``-th nested collection (a 2.9 MB file of 200,000
+keys took 36 s to be refused, wrongly, as an alias bomb). Parsing uses libyaml's C scanner and
+parser when PyYAML has it (about six times faster than the pure-Python one, which stays the
+fallback), with the composer and constructor in Python so the bounds apply to either.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import Composer, ComposerError
+from yaml.constructor import SafeConstructor
+from yaml.events import CollectionStartEvent
+from yaml.resolver import Resolver
+
+_CParser: Any
+try:
+    _CParser = importlib.import_module("yaml._yaml").CParser
+except ImportError:  # PyYAML built without libyaml: the pure-Python loader below
+    _CParser = None
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
     "MAX_EXPANDED_NODES",
     "MAX_FLOW_DEPTH",
+    "MAX_NODES",
     "LoadError",
     "PluginEntry",
     "load_config_file",
@@ -36,6 +56,15 @@ MAX_EXPANDED_NODES = 100_000
 # work proportional to the flow depth for every token, so a few hundred nested ``[`` cost a
 # second before the composer's recursion limit refuses the document; this refuses it at once.
 MAX_FLOW_DEPTH = 64
+
+# A config file larger than this is refused before it is read in full. Hand-written plugin lists
+# are a few kilobytes; a system prompt inlined in one may be tens.
+MAX_CONFIG_BYTES = 1 << 20
+_LIMIT_TEXT = "1 MiB"
+
+# Nodes a document may have before aliases are followed (each costs tens of microseconds to
+# compose and construct; a plugin list has a few hundred).
+MAX_NODES = 10_000
 
 _ENTRY_KEYS = ("id", "name", "config", "disabled")
 
@@ -56,18 +85,41 @@ class PluginEntry:
     line: int | None = None
 
 
-class _SafeLoader(yaml.SafeLoader):
-    """SafeLoader that also refuses duplicate mapping keys and deeply nested flow collections."""
+class _Bounded(Composer):
+    """The composer, stopping at the ``MAX_NODES``-th node and the ``MAX_FLOW_DEPTH``-th nested
+    collection (block or flow), as soon as it reaches them."""
 
-    def fetch_flow_collection_start(self, TokenClass: type[yaml.tokens.Token]) -> None:
-        if self.flow_level >= MAX_FLOW_DEPTH:
-            raise yaml.scanner.ScannerError(
+    _nodes = 0
+    _depth = 0
+    peek_event: Callable[[], Any]
+    check_event: Callable[..., bool]
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise ComposerError(
                 None,
                 None,
-                f"flow collections nested more than {MAX_FLOW_DEPTH} deep; refused",
-                self.get_mark(),
+                f"document has more than {MAX_NODES} nodes (a plugin list needs a few hundred); refused",
+                self.peek_event().start_mark,
             )
-        super().fetch_flow_collection_start(TokenClass)
+        if not self.check_event(CollectionStartEvent):
+            return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_FLOW_DEPTH:
+                event = self.peek_event()
+                kind = "flow collections" if getattr(event, "flow_style", False) else "collections"
+                raise ComposerError(
+                    None, None, f"{kind} nested more than {MAX_FLOW_DEPTH} deep; refused", event.start_mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+class _NoDuplicates(SafeConstructor):
+    """SafeConstructor that refuses duplicate mapping keys."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, object]:
         seen: dict[object, int] = {}
@@ -87,6 +139,55 @@ class _SafeLoader(yaml.SafeLoader):
                 )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+class _SafeLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, _Bounded, _NoDuplicates, Resolver):
+    """The pure-Python safe loader, bounded, refusing duplicate keys; its scanner also refuses
+    deeply nested flow collections at once (it does work proportional to the depth per token)."""
+
+    def __init__(self, stream: str) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+
+    def fetch_flow_collection_start(self, TokenClass: type[yaml.tokens.Token]) -> None:
+        if self.flow_level >= MAX_FLOW_DEPTH:
+            raise yaml.scanner.ScannerError(
+                None,
+                None,
+                f"flow collections nested more than {MAX_FLOW_DEPTH} deep; refused",
+                self.get_mark(),
+            )
+        super().fetch_flow_collection_start(TokenClass)
+
+
+def _loader(text: str) -> Any:
+    """libyaml's scanner and parser with the bounded Python composer and constructor, or the
+    pure-Python loader when PyYAML has no libyaml."""
+    if _CParser is None:
+        return _SafeLoader(text)
+    return _FastLoader(text)
+
+
+if _CParser is not None:
+
+    class _FastLoader(_CParser, _Bounded, _NoDuplicates, Resolver):  # type: ignore[misc]
+        # The Python composer over libyaml's events (CParser's own composer has no bounds).
+        get_single_node = Composer.get_single_node
+        compose_document = Composer.compose_document
+        compose_node = _Bounded.compose_node
+        compose_scalar_node = Composer.compose_scalar_node
+        compose_sequence_node = Composer.compose_sequence_node
+        compose_mapping_node = Composer.compose_mapping_node
+
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -145,7 +246,9 @@ def _yaml_error(source: str, exc: yaml.YAMLError) -> LoadError:
 
 def parse_config(text: str, *, source: str = "<config>") -> list[PluginEntry]:
     """Parse and validate the text of a plugin list. ``source`` names it in error messages."""
-    loader = _SafeLoader(text)
+    if len(text) > MAX_CONFIG_BYTES:
+        raise _too_large(source, len(text.encode("utf-8", "surrogatepass")))
+    loader = _loader(text)
     try:
         try:
             node = loader.get_single_node()
@@ -239,12 +342,25 @@ def load_config_file(path: str | os.PathLike[str]) -> list[PluginEntry]:
     """Read and validate a YAML plugin list from ``path``."""
     source = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > MAX_CONFIG_BYTES:
+                raise _too_large(source, size)
+            data = file.read(MAX_CONFIG_BYTES + 1)  # a FIFO or device: never more than this
     except OSError as exc:
         raise LoadError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise _too_large(source, None)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise LoadError(f"{source}: not valid UTF-8 ({exc.reason})") from None
     return parse_config(text, source=source)
+
+
+def _too_large(source: str, size: int | None) -> LoadError:
+    what = f" {size:,} bytes," if size is not None else ""
+    return LoadError(f"{source}: config file is{what} over the {_LIMIT_TEXT} limit; refused")
 
 
 def one_line(text: str) -> str:

@@ -66,10 +66,17 @@ class TextBlock(TypedDict):
 
 
 class ReasoningBlock(TypedDict):
-    """``{type:'reasoning', text}``: the model's thinking channel."""
+    """``{type:'reasoning', text, signature?, redacted?}``: the model's thinking channel.
+
+    ``signature`` is the provider's opaque proof of the thinking (Anthropic), kept byte for byte
+    so the block can be sent back; ``redacted: true`` marks thinking the provider encrypted,
+    whose data is the ``signature`` and whose ``text`` is empty.
+    """
 
     type: Literal["reasoning"]
     text: str
+    signature: NotRequired[str]
+    redacted: NotRequired[bool]
 
 
 class ToolCallBlock(TypedDict):

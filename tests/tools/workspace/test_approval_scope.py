@@ -17,7 +17,7 @@ from tests.apps.conftest import run_dsh, session_files
 from tests.apps.pty_screen import Terminal
 from tests.llm.sse_server import Reply, SSEServer, chunk
 
-pytestmark = [pytest.mark.pty, pytest.mark.slow]
+pytestmark = [pytest.mark.attack, pytest.mark.pty, pytest.mark.slow]
 
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 CHAT = ["--model", "test-model", "--sandbox", "danger-full-access"]

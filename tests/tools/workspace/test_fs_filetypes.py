@@ -21,7 +21,7 @@ from tests.apps.conftest import Interactive, dsh_env, session_files
 from tests.llm.sse_server import Reply, SSEServer
 from tests.support.wait import wait_until_sync
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.attack, pytest.mark.slow]
 
 # A regression that reads /dev/zero whole must fail this test, not exhaust the machine.
 MEMORY_CAP = 4 << 30

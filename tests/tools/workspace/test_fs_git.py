@@ -13,7 +13,7 @@ from cli_support import NO_PROXY, calls, done, model_args, tool_results
 from tests.apps.conftest import run_dsh
 from tests.llm.sse_server import SSEServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.attack, pytest.mark.slow]
 
 GIT_NOTE = (
     'is git metadata, read-only in workspace-write mode unless approved (git runs its hooks and '

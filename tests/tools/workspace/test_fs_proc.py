@@ -15,7 +15,7 @@ from cli_support import NO_PROXY, calls, done, model_args, tool_results
 from tests.apps.conftest import Interactive, session_files
 from tests.llm.sse_server import SSEServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.attack, pytest.mark.slow]
 
 SECRET = "sk-proc-leak-7f3a9c1e5b"
 REFUSAL = (

@@ -19,7 +19,7 @@ from tests.apps.conftest import dsh_env, run_dsh
 from tests.llm.sse_server import SSEServer
 from ws_support import needs_bwrap
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.attack, pytest.mark.slow]
 
 SWAP = """\
 import ctypes, os, time

@@ -17,6 +17,8 @@ from dsh._secrets import register_secret_env
 from dsh.tools.workspace.environment import ShellEnvironment, shell_environment
 from dsh.tools.workspace.private import PrivateDir, PrivateDirError
 
+pytestmark = pytest.mark.attack
+
 UNCONFINED = {"sandbox": "danger-full-access", "askUnconfinedBash": False}
 
 

@@ -5,6 +5,13 @@ forever; here a malformed line gets a JSON-RPC ``-32700 Parse error`` response, 
 that is not a request, notification or response gets ``-32600 Invalid Request``, both with
 ``id: null`` and a message saying what was wrong; the process keeps serving.
 
+Hostile lines are refused here, before the package or a handler sees them (:func:`decode`): a
+line nested deeper than ``MAX_DEPTH`` (the decoder would raise ``RecursionError`` and end the
+process), ``NaN``/``Infinity`` and numbers out of a double's range (they would be echoed as
+invalid JSON), an ``id`` that is not a string, a number or null (``true`` got no answer, ``[]``
+ended the receive loop), and lone surrogates in any string (they cannot be encoded, so the
+answer was never written).
+
 :func:`claim_stdout` moves the protocol to a private copy of file descriptor 1 and points fd 1
 (and ``sys.stdout``) at stderr, so nothing but protocol messages ever reaches the client's pipe,
 whatever a library or a child process prints.
@@ -15,15 +22,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterator
 from typing import BinaryIO, TypeAlias
 
-__all__ = ["BATCH_BYTES", "StdioTransport", "WireMessage", "claim_stdout"]
+__all__ = ["BATCH_BYTES", "MAX_DEPTH", "StdioTransport", "WireMessage", "claim_stdout", "decode"]
 
 BATCH_BYTES = 64 * 1024
+
+MAX_DEPTH = 64
+"""Nesting levels of arrays and objects a message may have (ACP's messages need under ten)."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 WireMessage: TypeAlias = dict[str, object]
 """One decoded JSON-RPC message (or a part of one, such as an update's params)."""
@@ -92,7 +106,11 @@ class StdioTransport:
         self.write(message)
 
     def write(self, message: WireMessage) -> None:
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        try:
+            data = text.encode() + b"\n"
+        except UnicodeEncodeError:  # a lone surrogate: \u-escaped, the line stays valid JSON
+            data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
         if self._batch is not None:
             self._batch.append(data)
             self._batched += len(data)
@@ -139,18 +157,19 @@ class StdioTransport:
             if not line:
                 continue
             try:
-                message = json.loads(line)
-            except ValueError as exc:
-                self._error(-32700, f"Parse error: the line is not JSON ({exc})")
+                message = decode(line)
+            except _Unreadable as exc:
+                self._error(-32700, f"Parse error: {exc}")
                 continue
-            problem = _shape_problem(message)
+            problem = _shape_problem(message) or _content_problem(message)
             if problem is not None:
                 self._error(-32600, f"Invalid Request: {problem}", message.get("id") if isinstance(message, dict) else None)
                 continue
+            assert isinstance(message, dict)
             return dict(message)
 
     def _error(self, code: int, text: str, request_id: object = None) -> None:
-        if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
+        if not _usable_id(request_id) or (isinstance(request_id, str) and _SURROGATE.search(request_id)):
             request_id = None
         with contextlib.suppress(ConnectionError):
             self.write({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": text}})
@@ -160,11 +179,63 @@ class StdioTransport:
             self._closed = True
 
 
+class _Unreadable(ValueError):
+    """A line that is not JSON this process can take (the text is the reason)."""
+
+
+def _no_constant(name: str) -> object:
+    raise _Unreadable(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Unreadable(f"the number {text[:40]} is out of range")
+    return value
+
+
+def decode(line: bytes | str) -> object:
+    """One line's JSON value; :class:`_Unreadable` (a ``ValueError``) says why it is refused."""
+    try:
+        return json.loads(line, parse_constant=_no_constant, parse_float=_finite)
+    except _Unreadable as exc:
+        raise _Unreadable(f"the line is not JSON ({exc})") from None
+    except RecursionError:
+        raise _Unreadable(f"the line nests arrays or objects deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise _Unreadable(f"the line is not JSON ({exc})") from None
+
+
+def _content_problem(message: object) -> str | None:
+    """Too deep a nesting or a lone surrogate anywhere in the decoded message (keys included)."""
+    stack: list[tuple[object, int]] = [(message, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return "a string holds a lone surrogate (an unpaired \\ud800-\\udfff escape); text must be valid Unicode"
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                return f"the message nests arrays or objects deeper than {MAX_DEPTH} levels"
+            if isinstance(value, dict):
+                stack.extend((key, depth) for key in value)
+                stack.extend((item, depth + 1) for item in value.values())
+            else:
+                stack.extend((item, depth + 1) for item in value)
+    return None
+
+
+def _usable_id(value: object) -> bool:
+    return value is None or (isinstance(value, (str, int, float)) and not isinstance(value, bool))
+
+
 def _shape_problem(message: object) -> str | None:
     if not isinstance(message, dict):
         return f"expected a JSON object, got {type(message).__name__}"
     if message.get("jsonrpc") != "2.0":
         return 'the "jsonrpc" member must be "2.0"'
+    if not _usable_id(message.get("id")):
+        return f'the "id" member must be a string, a number or null, got {type(message["id"]).__name__}'
     method = message.get("method")
     if method is not None:
         if not isinstance(method, str):

@@ -18,7 +18,9 @@ from prompt_toolkit.document import Document
 from dsh.apps.escape import escape_controls
 from dsh.apps.term.host import TerminalApp
 from dsh.apps.term.view import usage_line
+from dsh.llm import catalog
 from dsh.llm.service import LLM
+from dsh.observability.cost import events_cost
 
 COMMANDS: dict[str, str] = {
     "/help": "this list",
@@ -28,7 +30,7 @@ COMMANDS: dict[str, str] = {
     "/model": "/model NAME: switch the model for the next requests (logged as a request/header change)",
     "/clear": "start a new session (the current one stays stored)",
     "/resume": "/resume: list this folder's sessions; /resume N or ID: switch to one",
-    "/usage": "tokens in, out and cached over this session",
+    "/usage": "tokens in, out and cached, and their cost, over this session",
     "/permissions": "/permissions: the rules in force and their sources; /permissions rm N: remove one",
 }
 
@@ -62,7 +64,9 @@ class SlashCompleter(Completer):
             return
         command, _, arg = text.partition(" ")
         if command == "/model":
-            options: list[str] = list(self._ui.app.ctx.require(LLM).models())
+            # What is served here first, then the catalog's provider:model names.
+            served = list(self._ui.app.ctx.require(LLM).models())
+            options: list[str] = served + [n for n in catalog.names() if n not in served]
         elif command == "/resume":
             options = list(self._ui.recent)
         else:
@@ -100,11 +104,14 @@ async def run(ui: UI, line: str) -> None:
         if not arg:
             ui.say(f"model: {app.agent.options.model} (served here: {', '.join(app.ctx.require(LLM).models())})")
             return
-        problem = app.switch_model(arg)
+        problem = await app.serve_model(arg) or app.switch_model(arg)
         if problem:
             ui.error(problem)
         else:
             ui.say(f"model: {arg} from the next request")
+            note = catalog.unknown_note(arg)
+            if note:
+                ui.say(note)
     elif command == "/clear":
         old = app.session_id
         await app.new_session()
@@ -162,5 +169,6 @@ def _usage(ui: UI) -> None:
     for event in session.events:
         if event.type == "assistant/message" and isinstance(event.data.get("usage"), dict):
             usages.append(event.data["usage"])
-    line = usage_line(ui.app.agent.options.model, session.last_turn, usages, None)
+    model = ui.app.agent.options.model
+    line = usage_line(model, session.last_turn, usages, None, events_cost(session.events, model))
     ui.say(f"session {session.id}: {len(usages)} model calls · " + line.replace(f"turn {session.last_turn}", f"{session.last_turn} turns"))

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 from typing import Any
 
 from dsh.apps.escape import escape_controls
 from dsh.apps.term.markdown import BlockSplitter, render_markdown
+from dsh.observability.cost import format_usd, prewarm, usage_cost
 from dsh.plugins.schedule.delivery import describe as describe_reminder
 from dsh.session import Event
 from dsh.tools.workspace.todo import render_checklist
@@ -51,12 +53,25 @@ class Style:
         return f"{CYAN}{text}{RESET}" if self.colour else f"{BOLD}{text}{RESET}"
 
 
-def usage_line(model: str | None, turn: Any, usages: Sequence[dict[str, Any]], seconds: float | None) -> str:
-    """``mock-echo · turn 2 · 20 in · 31 out · 0 cached · 1.4s`` from the turn's logged usage."""
+def usage_line(
+    model: str | None, turn: Any, usages: Sequence[dict[str, Any]], seconds: float | None, cost: Decimal | None = None
+) -> str:
+    """``mock-echo · turn 2 · 20 in · 31 out · 0 cached · 1.4s`` from the turn's logged usage.
+
+    ``in`` is the uncached input (usage is disjoint); with cache hits the share of all input
+    served from the cache follows: ``900 cached (82% of input)``, where all input is uncached +
+    cache reads + cache writes, as every provider bills it. `` · $0.0012`` comes before the time when
+    the price table knows the model.
+    """
     tokens_in = sum(int(u.get("inputTokens") or 0) for u in usages)
     tokens_out = sum(int(u.get("outputTokens") or 0) for u in usages)
     cached = sum(int(u.get("cacheReadTokens") or 0) for u in usages)
-    parts = [model or "?", f"turn {turn}", f"{tokens_in} in", f"{tokens_out} out", f"{cached} cached"]
+    written = sum(int(u.get("cacheWriteTokens") or 0) for u in usages)
+    total = tokens_in + cached + written
+    hits = f"{cached} cached ({cached * 100 // total}% of input)" if cached and total else f"{cached} cached"
+    parts = [model or "?", f"turn {turn}", f"{tokens_in} in", f"{tokens_out} out", hits]
+    if cost is not None:
+        parts.append(format_usd(cost))
     if seconds is not None:
         parts.append(f"{seconds:.1f}s")
     return " · ".join(parts)
@@ -102,11 +117,13 @@ class TranscriptView:
         self._reasoning = ""
         self.model: str | None = None
         self._usages: list[dict[str, Any]] = []
+        self._calls: list[tuple[str, dict[str, Any], int | None]] = []  # priced at turn end
         self._started: float | None = None
         self.waiting = False  # a step started and no token came yet
         self.waiting_since = 0.0
         self.streaming = False
         self._blocks_shown = 0  # Markdown blocks of the current reply already printed
+        prewarm()  # the price table loads off the UI thread, before the first turn ends
 
     @property
     def live(self) -> str:
@@ -134,7 +151,7 @@ class TranscriptView:
         if kind == "request/header":
             self.model = header_model(event) or self.model
         elif kind == "turn/start":
-            self._usages, self._started = [], time.monotonic()
+            self._usages, self._calls, self._started = [], [], time.monotonic()
         elif kind == "step/start":
             self.waiting, self.waiting_since = True, time.monotonic()
         elif kind == "assistant/chunk":
@@ -144,6 +161,7 @@ class TranscriptView:
             usage = data.get("usage")
             if isinstance(usage, dict):
                 self._usages.append(usage)
+                self._calls.append((self.model or "", usage, event.time))
         elif kind == "tool/call":
             self._end_text()
             args = escape_controls(str(data.get("arguments") or ""))
@@ -175,7 +193,8 @@ class TranscriptView:
                 self.line(self.style.red(ending))
             seconds = time.monotonic() - self._started if self._started is not None else None
             if self._usages or ending is None:
-                self.line(self.style.dim(usage_line(self.model, data.get("turn"), self._usages, seconds)))
+                cost = usage_cost(self._calls)
+                self.line(self.style.dim(usage_line(self.model, data.get("turn"), self._usages, seconds, cost)))
             self._started = None
 
     def _chunk(self, chunk: dict[str, Any]) -> None:

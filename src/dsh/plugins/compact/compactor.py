@@ -111,6 +111,15 @@ class Compactor:
     def threshold(self) -> int:
         return self.config.threshold
 
+    def threshold_for(self, agent: Agent) -> int:
+        """The threshold for ``agent``'s requests: from ``contextWindow``, else from the catalog's
+        window for the model of its next request."""
+        model = agent.options.model
+        if not model and agent.last_request_header is not None:
+            config = agent.last_request_header.get("config")
+            model = config.get("model") if isinstance(config, Mapping) else None
+        return self.config.threshold_for(model if isinstance(model, str) else None)
+
     # -- estimates -------------------------------------------------------------------------
 
     def pressure(
@@ -176,7 +185,7 @@ class Compactor:
     ) -> list[CompactResult]:
         """Compact while the pressure is at or above the threshold (raises when it stays)."""
         session = agent.session
-        threshold = self.threshold
+        threshold = self.threshold_for(agent)
         estimate = self.pressure(session, system, prefix)
         results: list[CompactResult] = []
         attempts = 0

@@ -97,16 +97,17 @@ def _checked(field: str, key: str, value: object) -> object:
 
 
 class Config(CheckedConfig, rename="camel"):
-    """``contextWindow``, ``thresholdRatio``, ``retainTokens``, ``summarizationModel``,
-    ``maxTokens``, ``compactionRetries`` (required); ``auto``, ``charsPerToken``,
-    ``estimator`` (optional). See the package README for what each does."""
+    """``thresholdRatio``, ``retainTokens``, ``summarizationModel``, ``maxTokens``,
+    ``compactionRetries`` (required); ``contextWindow`` (default: the model catalog's window for
+    the agent's model), ``auto``, ``charsPerToken``, ``estimator`` (optional). See the package README for what each does."""
 
-    context_window: int
     threshold_ratio: float
     retain_tokens: int
     summarization_model: str
     max_tokens: int
     compaction_retries: int
+    # None: the context window the model catalog (dsh.llm.catalog) gives the agent's model.
+    context_window: int | None = None
     auto: bool = True
     chars_per_token: float = 4
     estimator: Literal["chars", "deepseek"] = "chars"
@@ -124,12 +125,26 @@ class Config(CheckedConfig, rename="camel"):
         # A struct built in code skips check_raw; hold it to the same rules.
         for field in msgspec.structs.fields(self):
             value = getattr(self, field.name)
+            if value is None and field.name == "context_window":
+                continue  # from the catalog, per model
             setattr(self, field.name, _checked(field.name, field.encode_name, value))
 
     @property
     def threshold(self) -> int:
-        """``floor(contextWindow * thresholdRatio)``."""
-        product: float = self.context_window * self.threshold_ratio
+        """``floor(contextWindow * thresholdRatio)`` (``contextWindow`` set in the config)."""
+        if self.context_window is None:
+            raise ValueError("contextWindow is not set: use threshold_for(model)")
+        return self.threshold_for(None)
+
+    def threshold_for(self, model: str | None) -> int:
+        """``floor(window * thresholdRatio)``, the window being ``contextWindow`` or, unset,
+        the catalog's context window for ``model`` (its defaults for a model it lacks)."""
+        window = self.context_window
+        if window is None:
+            from dsh.llm import catalog
+
+            window = catalog.info(model or "").context_window
+        product: float = window * self.threshold_ratio
         return math.floor(product)
 
 
