@@ -15,7 +15,7 @@ import argparse
 import os
 from pathlib import Path
 
-from dsh.apps import permission_flags
+from dsh.apps import compaction_default, permission_flags
 from dsh.apps.home import default_root
 from dsh.apps.store_check import database_reason
 from dsh.compose import (
@@ -82,6 +82,10 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
     app.update(prompt_zone_config(getattr(args, "time_zone", None), process_default=True))
     if args.resume:
         app["resumeSessionId"] = args.resume
+    app.update(compaction_default.app_config(args))
+    compact = compaction_default.default_entry(args, model)
+    if compact is None:
+        app["compactionOff"] = compaction_default.off_reason(model)
     return [
         llm,
         PluginEntry(id="echo-tool", name="echo-tool"),
@@ -91,6 +95,7 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         PluginEntry(id="agent-instructions", name="agent-instructions"),
         PluginEntry(id="time-context", name="time-context", config=dict(DEFAULT_TIME_CONTEXT)),
         PluginEntry(id="schedule", name="schedule"),
+        *([compact] if compact is not None else []),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),
     ]
@@ -190,7 +195,7 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     # Relative paths in a config (persistenceRoot, sqlitePath, root, ...) name places next to
     # the config file, as its ``.py`` plugin names do, not next to wherever dsh was started.
     loaded = [resolve_entry_paths(e, base) for e in load_config_file(path)]
-    entries = _apply_timeout(args, loaded)
+    entries = compaction_default.apply_flags(args, _apply_timeout(args, loaded))
     if args.base_url:
         # The composition's model plugin has its own endpoint; quietly keeping it would be a lie.
         raise UsageError("--base-url only applies without --config; set baseURL in the config's openai-llm entry")
@@ -211,6 +216,7 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     config.update(prompt_zone_config(getattr(args, "time_zone", None), process_default=False))
     if args.resume:
         config["resumeSessionId"] = args.resume
+    config.update(compaction_default.app_config(args))
     patched = PluginEntry(app.id, app.name, config, app.disabled, app.line)
     entries = [
         PluginEntry(e.id, e.name, _workspace_config(args, dict(e.config or {})), e.disabled, e.line)
