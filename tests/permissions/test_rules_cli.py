@@ -4,12 +4,15 @@ done with ``--allow``; ``--deny`` wins; a command smuggled past a prefix rule is
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from tests.apps.conftest import run_dsh
 from tests.llm.sse_server import SSEServer
 from tests.permissions.support import PYTEST, SEARCH, Project
+from tests.tools.workspace.cli_support import calls, done
 
 pytestmark = pytest.mark.slow
 
@@ -64,6 +67,7 @@ def test_deny_wins_over_allow(project: Project) -> None:
     ]
 
 
+@pytest.mark.attack
 def test_a_smuggled_second_command_is_not_allowed_by_a_prefix_rule(project: Project) -> None:
     pwned = project.cwd / "pwned"
     smuggled = (f"{PYTEST}; touch {pwned}", f"{PYTEST} && touch {pwned}", f"{PYTEST} $(touch {pwned})",
@@ -72,3 +76,41 @@ def test_a_smuggled_second_command_is_not_allowed_by_a_prefix_rule(project: Proj
     assert result.returncode == 0, result.stderr
     assert project.results() == [("bash", UNAVAILABLE.format("bash"), True)] * len(smuggled)
     assert not pwned.exists()
+
+
+def test_a_deny_rule_refuses_a_tool_that_never_asks(project: Project, tmp_path: Path) -> None:
+    home = tmp_path / "userhome"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("SECRET-KEY\n")
+    (project.cwd / "notes.txt").write_text("fine\n")
+    project.env["HOME"] = str(home)
+    project.server.push(
+        calls(("read", {"file_path": str(home / ".ssh" / "id_rsa")}), ("read", {"file_path": "notes.txt"})), done()
+    )
+    result = run_dsh(["run", "read", "--base-url", f"{project.server.base_url}/v1", "--model", "m",
+                      "--deny", "read(~/.ssh/**)"], project.cwd, **project.env)
+    assert result.returncode == 0, result.stderr
+    (_, secret, secret_error), (_, notes, _) = project.results()
+    assert (secret, secret_error) == (REJECTED.format("read"), True)
+    assert "fine" in notes
+    assert "SECRET-KEY" not in json.dumps(project.events()) and "SECRET-KEY" not in json.dumps(
+        [r.json for r in project.server.requests]
+    )
+
+
+@pytest.mark.attack
+def test_project_rules_only_from_a_file_that_is_the_users_alone(project: Project) -> None:
+    stored = project.home / "permissions.json"
+    stored.write_text(json.dumps({"version": 1, "projects": {str(project.cwd): {"allow": [f"Bash({PYTEST})"]}}}))
+    stored.chmod(0o666)  # another local user could have written it
+    result = project.run(mcp=False)
+    assert result.returncode == 0, result.stderr
+    assert project.results() == [("bash", UNAVAILABLE.format("bash"), True)]
+    assert f"dsh: {stored} is writable by another user; it grants nothing (chmod 600)" in result.stderr.splitlines()
+    stored.chmod(0o600)
+    result = project.run(mcp=False)
+    assert result.returncode == 0, result.stderr
+    [decided] = project.decisions()
+    assert (decided["by"], decided["rule"], decided["source"]) == (
+        "rule", f"Bash({PYTEST})", f"always allow in this project ({stored})"
+    )
