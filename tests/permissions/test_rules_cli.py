@@ -114,3 +114,11 @@ def test_project_rules_only_from_a_file_that_is_the_users_alone(project: Project
     assert (decided["by"], decided["rule"], decided["source"]) == (
         "rule", f"Bash({PYTEST})", f"always allow in this project ({stored})"
     )
+
+
+def test_allow_rules_apply_under_approval_never(project: Project) -> None:
+    result = project.run("--approval", "never", "--allow", "mcp__calc")
+    assert result.returncode == 0, result.stderr
+    (_, found, _), (_, refused, _) = project.results()
+    assert found == "calc found two plus two"  # mcp__calc: every tool of the server
+    assert refused == REJECTED.format("bash")  # no rule: never rejects, as before
