@@ -15,9 +15,16 @@ recorded as ``approval/decided`` ``scope`` (``Bash(npm test:*)``) and folded bac
 on resume; an ``allowed-session`` without a readable ``scope`` (older logs) folds to nothing. The effective policy is told to the model once per session, in the reference's wording,
 as an append-only raw ``context/message`` framed in ``<system-reminder>``; a later policy change appends a new notice.
 
+Permission rules (:class:`~dsh.tools.workspace.rule_book.RuleBook`: allow/ask/deny lists from
+flags and settings files, "always allow in this project", the session's own rules,
+``--dangerously-skip-approvals``) decide before anyone is asked, deny over ask over allow; each
+decision records who made it (``by``) and, for a rule, the rule and its ``source``. An
+:class:`Always` answer is "always allow in this project" or (ACP) "reject always".
+
 The tool registry calls :meth:`ApprovalService.authorize` for every tool with
-``Tool.needs_approval`` (an untrusted MCP server's tools, say) or listed in ``approvalRequired``;
-the workspace tools call :meth:`ApprovalService.request` for their own per-call conditions.
+``Tool.needs_approval`` (an untrusted MCP server's tools, say) or listed in ``approvalRequired``,
+and for every tool a deny or ask rule could cover; the workspace tools call
+:meth:`ApprovalService.check` for their own per-call conditions.
 """
 
 from __future__ import annotations
