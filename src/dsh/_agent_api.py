@@ -26,7 +26,7 @@ from dsh import _zones
 from dsh.agent.loop import AGENT_LOOP
 from dsh.agent.sessions import SESSIONS
 from dsh.agent.system_prompt import SYSTEM_PROMPT
-from dsh.compose import SESSION_STORE, mount_spine, mount_store, store_entry
+from dsh.compose import SESSION_STORE, mount_rewind, mount_spine, mount_store, store_entry
 from dsh.errors import RunError
 from dsh.llm.service import LLM
 from dsh.llm.types import Adapter
@@ -39,6 +39,7 @@ from dsh.tools.types import Tool
 if TYPE_CHECKING:
     from dsh.agent.agent import Agent as LoopAgent
     from dsh.persistence.base import SessionStore
+    from dsh.rewind.library import RewindResult
 
 __all__ = ["Agent", "RunResult"]
 
@@ -123,7 +124,8 @@ class Agent:
     in memory only. ``time_context`` is ``True`` (default: the seed's two-line reading), ``False``
     or the plugin's config (``{"timeZone": ..., "refreshIntervalMs": ..., "zoneLine": True,
     "stepOneBaseline": "previousExchange"}``). ``plugins`` mounts further plugins, each a plugin
-    or a ``(plugin, config)`` pair.
+    or a ``(plugin, config)`` pair. ``rewind`` (``True`` or the plugin's config) takes workspace
+    snapshots before file-changing steps, for :meth:`rewind`.
 
     ``run(..., time_zone="Asia/Tokyo")`` (and ``run_stream``, ``run_sync``) records the zone of
     the person behind this prompt in its durable source, so the reading of that turn is in their
@@ -146,6 +148,10 @@ class Agent:
         base_url: str | None = None,
         max_steps_per_turn: int | None = None,
         plugins: Sequence[PluginSpec] = (),
+        rewind: bool | Mapping[str, object] = False,
+        subagents: Sequence[Agent] = (),
+        name: str | None = None,
+        description: str | None = None,
     ) -> None:
         for t in tools:
             if not isinstance(t, Tool):
@@ -170,10 +176,24 @@ class Agent:
         self.base_url = base_url
         self.max_steps_per_turn = max_steps_per_turn
         self.plugins = tuple(plugins)
+        self.rewind_config = rewind
+        for sub in subagents:
+            if not isinstance(sub, Agent):
+                raise TypeError(f"subagents: expected dsh.Agent objects, got {type(sub).__name__}")
+        self.subagents = tuple(subagents)
+        self.name = name
+        self.description = description
         self._runtime: _Runtime | None = None
 
     def __repr__(self) -> str:
         return f"dsh.Agent(model={self.model_name!r}, tools={[t.name for t in self.tools]!r})"
+
+    def as_tool(self, *, name: str, description: str) -> Tool:
+        """A ``name`` tool another agent calls to delegate a task to this agent; each call runs
+        this agent as a child session in the caller's store and returns its final text."""
+        from dsh.plugins.subagent.library import as_tool
+
+        return as_tool(self, name, description)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -280,6 +300,23 @@ class Agent:
             raise RunError(message, reason=reason, session_id=sid, events=events)
         yield RunResult(text=_text_of(events), session_id=sid, events=tuple(events), reason=reason)
 
+    async def rewind(
+        self, session_id: str, *, turn: int, files: bool = True, conversation: bool = False, force: bool = False
+    ) -> RewindResult:
+        """Go back to before ``turn`` (see ``dsh sessions rewind``): restore the files the agent
+        changed since, and/or fork the conversation before it into a new session (the result's
+        ``session_id``). Raises ``dsh.rewind.ops.Conflict`` for files changed after the agent
+        unless ``force``."""
+        from dsh.rewind.library import rewind_session
+
+        runtime = await self._ensure_runtime()
+        async with runtime.lock(session_id):
+            live = runtime.agents.get(session_id)
+            session = live.session if live is not None and not live.disposed else None
+            return await rewind_session(
+                runtime.ctx, session, session_id, turn, files=files, conversation=conversation, force=force
+            )
+
     # -- lifecycle --------------------------------------------------------------------------
 
     async def aclose(self) -> None:
@@ -339,6 +376,13 @@ class Agent:
         for spec in self.plugins:
             plugin, config = spec if isinstance(spec, tuple) else (spec, None)
             await ctx.plugin(plugin, config)
+        if self.rewind_config is not False:
+            await mount_rewind(ctx, None if self.rewind_config is True else self.rewind_config)
+        from dsh.plugins.subagent import library
+
+        agent_tools = [a for a in map(library.agent_of, self.tools) if a is not None]
+        if self.subagents or agent_tools:
+            library.mount(ctx, self.subagents, agent_tools)
 
     async def _mount_model(self, ctx: Context, model: str) -> None:
         if model == ECHO_MODEL and self.base_url is None:

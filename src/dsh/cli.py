@@ -1,5 +1,5 @@
 """The ``dsh`` command line: ``dsh chat``, ``dsh run``, ``dsh sessions``, ``dsh acp``, ``dsh mcp``,
-``dsh trust`` and ``dsh reminders``.
+``dsh trust``, ``dsh skills`` and ``dsh reminders``.
 
 Owns argument parsing, dispatch to the command bodies in :mod:`dsh.apps` (each imported only
 when its command runs), and turning every error a person can cause into one line on stderr:
@@ -173,11 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--events", action="store_true", help="every raw event")
     show.add_argument("--json", action="store_true", help="the durable log verbatim")
     show.add_argument("--follow", action="store_true", help="keep printing events as they are appended")
+    show.add_argument("--tree", action="store_true", help="the whole delegation tree (parent and subagent sessions)")
     requests = sub.add_parser("requests", help="rebuild each model request from the log alone")
     requests.add_argument("id", metavar="ID", help="session id (any unique prefix)")
     requests.add_argument("--step", metavar="TURN.STEP", help="only this step (e.g. 2.1)")
     requests.add_argument("--json", action="store_true", help="a JSON array, written one request at a time")
-    remove = sub.add_parser("rm", help="delete a session")
+    remove = sub.add_parser("rm", aliases=["delete"], help="delete a session and its workspace snapshots")
     remove.add_argument("id", metavar="ID", help="session id (any unique prefix)")
     remove.add_argument("--yes", action="store_true", help="do not ask")
     export = sub.add_parser("export", help="write a session as JSONL (format v0)")
@@ -195,9 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
     for sub_parser in (listing, show, requests, remove, export, importing, salvage, trace):
         _store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    from dsh.apps import reminders, rewind_cmd
+
+    rewind_cmd.add_parsers(sub, _store_options, DEBUG_HELP)
     mcp_cmd.add_parser(commands, _Parser)
     _trust_parser(commands)
-    from dsh.apps import reminders
+    from dsh.apps import extensions_view
+
+    extensions_view.add_parser(commands, _Parser)
 
     reminders.add_parser(commands, _store_options)
     return parser
@@ -250,6 +256,10 @@ def _command(name: str) -> Command:
         from dsh.apps import trust_cmd
 
         return trust_cmd.run
+    if name == "skills":
+        from dsh.apps import extensions_view
+
+        return extensions_view.run
     from dsh.apps import reminders
 
     return lambda args: reminders.run_command(args, reminders.CliHost(open_store, default_entries, ECHO_MODEL))

@@ -43,6 +43,7 @@ __all__ = [
     "STORE_NAMES",
     "OpenedStore",
     "app_store_entry",
+    "mount_rewind",
     "mount_spine",
     "mount_store",
     "open_store",
@@ -131,6 +132,13 @@ def prompt_zone_config(flag: str | None, *, process_default: bool) -> dict[str, 
         local = _zones.local_client_zone()
         return {"timeZone": local} if local is not None else {}
     return {}
+
+
+async def mount_rewind(ctx: Context, config: Mapping[str, object] | None = None) -> Fiber:
+    """Mount the ``rewind`` plugin (workspace snapshots before file-changing steps)."""
+    from dsh.rewind import plugin as rewind_plugin  # git-backed: loaded only when mounted
+
+    return await ctx.plugin(rewind_plugin, dict(config or {}))
 
 
 # -- stores ----------------------------------------------------------------------------------

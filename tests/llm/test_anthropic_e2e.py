@@ -20,6 +20,7 @@ import pytest
 from anthropic_server import error, redacted, reply, text, thinking, tool_use
 from sse_server import Reply, SSEServer
 from tests.apps.conftest import default_root, dsh_env, run_dsh, session_files
+from tests.tools.workspace.ws_support import needs_bwrap
 
 KEY = "sk-ant-e2e-SECRET"
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
@@ -262,3 +263,31 @@ def test_a_hostile_or_failing_stream_is_one_line_and_exit_1(
     assert "Traceback" not in result.stderr
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith(f'dsh: agent "main": turn 1 step 1 failed: {sse_server.base_url}: ') and cause in line, line
+
+
+@pytest.mark.attack
+@needs_bwrap  # the workspace-write sandbox bash runs in without asking
+def test_a_custom_key_variable_never_reaches_the_shell_environment(sse_server: SSEServer, workdir: Path) -> None:
+    """``apiKeyEnv: MY_CLAUDE`` (a name no secret pattern matches): ``anthropic-llm`` registers
+    it, so ``env`` run by the model shows neither the variable nor its value."""
+    secret = "sk-ant-custom-SECRET-7777"
+    sse_server.push(
+        reply([tool_use("toolu_1", "bash", json.dumps({"command": "env", "description": "show env"}))], stop="tool_use"),
+        reply([text("done.")]),
+    )
+    config = workdir.parent / "dsh.yaml"
+    config.write_text(
+        "- {id: llm, name: anthropic-llm, config: {models: [claude-test], baseURL: '"
+        + sse_server.base_url + "', apiKeyEnv: MY_CLAUDE}}\n"
+        "- {id: ws, name: workspace-tools}\n"
+        "- {id: app, name: stdio-app, config: {model: claude-test}}\n"
+    )
+    result = run_dsh(["run", "go", "--config", str(config)], workdir, MY_CLAUDE=secret, PLAIN_SETTING="plain-6666", **NO_PROXY)
+    assert result.returncode == 0, result.stderr
+    assert KEY not in json.dumps(dict(sse_server.requests[0].headers))
+    assert secret in json.dumps(dict(sse_server.requests[0].headers))  # the key was read from MY_CLAUDE
+    [shown] = [b for b in sse_server.requests[1].json["messages"][-1]["content"] if b["type"] == "tool_result"]
+    output = json.dumps(shown["content"])
+    assert "PLAIN_SETTING=plain-6666" in output, output  # the command did print its environment
+    assert "MY_CLAUDE" not in output and secret not in output, output
+    assert secret not in "\n".join(p.read_text() for p in session_files(workdir))

@@ -19,7 +19,7 @@ import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ImageContent, ResourceLink, TextContent
+from mcp_types import ImageContent, ResourceLink, TextContent, ToolAnnotations
 
 TAG = os.environ.get("MCP_TAG", "server")
 app = MCPServer(TAG)
@@ -36,6 +36,12 @@ def _mark(text: str) -> None:
 def search(q: str) -> str:
     """Search for q."""
     return f"{TAG} found {q}"
+
+
+@app.tool(annotations=ToolAnnotations(read_only_hint=True))
+def peek(q: str) -> str:
+    """Look at q without changing anything (annotated readOnlyHint)."""
+    return f"{TAG} peeked at {q}"
 
 
 @app.tool(name="do.thing")

@@ -52,7 +52,7 @@ def test_run_json_and_show_give_the_price_tables_cost(workdir: Path) -> None:
     shown = run_dsh(["sessions", "show", json.loads(result.stdout)["sessionId"]], workdir)
     assert shown.returncode == 0, shown.stderr
     [turn_end] = [line for line in shown.stdout.splitlines() if "turn 1 ended" in line]
-    assert turn_end.endswith(f"cache hits 4000 · cost {format_usd(expected)}")
+    assert turn_end.endswith(f"cache hits 4000 (80% of input) · cost {format_usd(expected)}")
     assert shown.stdout.splitlines()[-1] == f"total cost {format_usd(expected)} over 1 model calls (prices: genai-prices)"
 
 
@@ -80,10 +80,10 @@ def test_the_terminal_usage_line_and_usage_command_show_the_cost(workdir: Path) 
         screen = term.expect(f"{MODEL} · turn 1 ·")
         [message] = [e for e in events(workdir) if e["type"] == "assistant/message"]
         cost = format_usd(table_price(MODEL, 1000, 4000, 300, message["time"]))
-        term.expect(f"{MODEL} · turn 1 · 1000 in · 300 out · 4000 cached · {cost} · ")
+        term.expect(f"{MODEL} · turn 1 · 1000 in · 300 out · 4000 cached (80% of input) · {cost} · ")
         term.type("/usage\r")
         screen = term.expect(cost, count=2)
         term.type("\x04")
         assert term.wait() == 0
     unwrapped = screen.replace("\n", "")
-    assert f"1 model calls · {MODEL} · 1 turns · 1000 in · 300 out · 4000 cached · {cost}" in unwrapped
+    assert f"1 model calls · {MODEL} · 1 turns · 1000 in · 300 out · 4000 cached (80% of input) · {cost}" in unwrapped

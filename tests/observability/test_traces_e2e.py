@@ -115,7 +115,11 @@ def test_live_trace_and_its_replay_match_span_for_span(workdir: Path) -> None:
         for chat in chats:
             [reading] = [e for e in chat.events if e[0] == "dsh.time_context.reading"]
             assert reading[2]["dsh.time.zone"] == "Asia/Shanghai"
-            assert reading[2]["dsh.time.elapsed"].endswith("s")
+            assert reading[2]["dsh.time.request_zone"] == "Asia/Shanghai"  # the zone line is on
+        # Step 1 of a session's first turn has no earlier exchange (stepOneBaseline:
+        # previousExchange in the default composition); step 2 measures from step 1's reading.
+        elapsed = [next(e for e in c.events if e[0] == "dsh.time_context.reading")[2]["dsh.time.elapsed"] for c in chats]
+        assert elapsed[0] == "unavailable" and all(e.endswith("s") for e in elapsed[1:])
 
         # The log's timestamps, not the exporter's clock.
         [start] = [e for e in events if e["type"] == "turn/start"]

@@ -14,7 +14,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from dsh import _json
 from dsh.agent.sessions import SESSIONS
@@ -174,6 +174,13 @@ class AgentDisposedError(RuntimeError):
 @dataclass
 class AgentOptions:
     model: str | None = None
+    # A delegated child's own system prompt (replaces the rendered sections) and tool filter
+    # (only these tool names; ``None``: every tool); ``label`` names it to the person.
+    system: str | None = None
+    tools: frozenset[str] | None = None
+    label: str | None = None
+    # (the delegating parent agent, its tool call id): where a child's questions are shown.
+    delegated_by: tuple[Any, str] | None = None
 
 
 def _snapshot_message(content: Content, source: Mapping[str, object] | None) -> QueuedMessage:

@@ -65,6 +65,7 @@ __all__ = [
     "SESSION_START",
     "STEP_RESULT",
     "TURN_CONTINUATION",
+    "TURN_END",
     "TURN_STOP",
     "AgentError",
     "AgentOnly",
@@ -108,6 +109,17 @@ class PreStep:
 class TurnStop:
     agent: Agent
     turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnd:
+    """Just before ``turn/end`` is logged, whatever the reason; listeners may append (the
+    rewind plugin's after-turn snapshot). ``step`` is the last step that ran (0: none)."""
+
+    agent: Agent
+    turn: int
+    step: int
+    reason: JsonMap
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +167,7 @@ AGENT_CREATED: Hook[AgentOnly] = Hook("agent/created", AgentOnly)
 SESSION_START: Hook[SessionStart] = Hook("agent/session-start", SessionStart)
 PRE_STEP: Hook[PreStep] = Hook("agent/pre-step", PreStep)
 TURN_STOP: Hook[TurnStop] = Hook("agent/turn-stop", TurnStop)
+TURN_END: Hook[TurnEnd] = Hook("agent/turn-end", TurnEnd)
 SESSION_PREFIX: Chain[SessionPrefix, Sequence[JsonMap]] = Chain("agent/session-prefix", SessionPrefix)
 REQUEST: Chain[RequestConfig, JsonMap] = Chain("agent/request", RequestConfig)
 TURN_CONTINUATION: Chain[TurnContinuation, object] = Chain("agent/turn-continuation", TurnContinuation)

@@ -117,15 +117,19 @@ class AgentLoop:
         model: str | None = None,
         cwd: str | None = None,
         session_id: str | None = None,
+        options: AgentOptions | None = None,
         parent_session: str | None = None,
     ) -> Agent:
         """A new agent on a fresh session ``<agent_id>-session-<uuid4>``; its driver starts.
-        ``parent_session`` marks a subagent's child session (its header's ``parentSession``)."""
+
+        ``options`` (a delegated child's system prompt and tool filter) win over ``model``;
+        ``parent_session`` goes into the new session's header.
+        """
         self._check_free(agent_id)
         session = self._ctx.require(SESSIONS).create(
             session_id or f"{agent_id}-session-{uuid.uuid4()}", cwd=cwd, parent_session=parent_session
         )
-        return self._start(agent_id, session, AgentOptions(model=model), None, resumed=False)
+        return self._start(agent_id, session, options or AgentOptions(model=model), None, resumed=False)
 
     async def resume(self, agent_id: str, session_id: str, *, model: str | None = None) -> Agent:
         """Load a session through the mounted store (crash repair applied) and continue it.

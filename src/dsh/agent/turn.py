@@ -19,12 +19,14 @@ from dsh.agent.hooks import (
     PROMPT_SUBMIT,
     SESSION_PREFIX,
     TURN_CONTINUATION,
+    TURN_END,
     TURN_STOP,
     AgentError,
     PreStep,
     PromptSubmit,
     SessionPrefix,
     TurnContinuation,
+    TurnEnd,
     TurnStop,
 )
 from dsh.agent.step import StepRunner
@@ -84,7 +86,7 @@ class TurnRunner:
                 if state.cancel_reason is not None:
                     controller.abort(state.cancel_reason)
                 system = self._render_system(agent)
-                tools = self.ctx.require(TOOLS).schemas(agent_id=agent.id)
+                tools = self.ctx.require(TOOLS).schemas(agent_id=agent.id, allowed=agent.options.tools)
                 reason = _stop_reason(state)
                 if reason is not None:
                     break
@@ -152,9 +154,18 @@ class TurnRunner:
                 self.ctx.emit(AGENT_ERROR, AgentError(agent, turn, step, exc))
         finally:
             state.step_controller = None
+        await self._turn_end(agent, turn, step, reason)
         session.append("turn/end", turn_end(turn, reason))
         await flush_turn(self.ctx, agent, turn, step)
         return terminal
+
+    async def _turn_end(self, agent: Agent, turn: int, step: int, reason: TurnEndReason | None) -> None:
+        """``agent/turn-end`` listeners; a failing one is reported and the turn still ends."""
+        try:
+            await self.ctx.serial(TURN_END, TurnEnd(agent, turn, step, dict(reason or {})))
+        except Exception as exc:
+            log.warning('agent "%s": turn %s: a turn-end listener failed: %s', agent.id, turn, exc)
+            self.ctx.emit(AGENT_ERROR, AgentError(agent, turn, step, exc))
 
     async def _submit_prompts(self, agent: Agent, batch: list[QueuedMessage]) -> TurnEndReason | None:
         allowed = 0
@@ -205,6 +216,8 @@ class TurnRunner:
         return reason_for(step, exc)
 
     def _render_system(self, agent: Agent) -> str:
+        if agent.options.system is not None:
+            return agent.options.system
         variables = {"model": agent.options.model, "cwd": agent.session.header.get("cwd")}
         return self.ctx.require(SYSTEM_PROMPT).render(variables)
 

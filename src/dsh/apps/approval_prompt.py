@@ -22,6 +22,7 @@ from typing import Final
 
 from dsh.apps.escape import escape_controls
 from dsh.permissions import Rule
+from dsh.plugins.subagent.lineage import label_of
 from dsh.runtime import Context
 from dsh.tools.workspace.approval import APPROVAL, Always, Answer, ApprovalRequest
 
@@ -74,7 +75,9 @@ def _subject_key(request: ApprovalRequest) -> tuple[str, str] | None:
 
 def describe(request: ApprovalRequest) -> str:
     """The request as the person sees it: the subject first and whole, then the rest."""
-    lines = [f"approval needed: {shown(request.tool_name)}"]
+    label = label_of(request.agent)
+    by = f" (asked by {shown(label)})" if label else ""
+    lines = [f"approval needed: {shown(request.tool_name)}{by}"]
     subject = _subject_key(request)
     skip = ""
     if subject is not None and request.subject is not None:

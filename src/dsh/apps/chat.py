@@ -28,6 +28,7 @@ from dsh.llm.providers import provider_of
 from dsh.llm.service import LLM
 from dsh.persistence.base import StoreError
 from dsh.plugins.schedule.plugin import SCHEDULE
+from dsh.plugins.subagent.lineage import is_child_header
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_plugins
 from dsh.session import Event
@@ -40,7 +41,7 @@ async def newest_session_here(args: argparse.Namespace) -> str:
     try:
         here = os.getcwd()
         for info in await store.list():
-            if info.header.get("cwd") == here:
+            if info.header.get("cwd") == here and not is_child_header(info.header):
                 return info.id
     finally:
         await ctx.dispose()
@@ -123,9 +124,14 @@ async def prepare_agent(args: argparse.Namespace) -> tuple[list[PluginEntry], Pa
 
 
 def _discovers(entries: list[PluginEntry]) -> bool:
-    """Whether the composition reads the project's ``.mcp.json`` (an ``mcp`` discovery entry)."""
+    """Whether the composition reads project files that need trust (an ``mcp`` discovery entry,
+    or the ``hooks`` plugin's settings files)."""
     return any(
-        e.name in ("mcp", "dsh.plugins.mcp.plugin") and not e.disabled and (e.config or {}).get("discover") is True
+        not e.disabled
+        and (
+            (e.name in ("mcp", "dsh.plugins.mcp.plugin") and (e.config or {}).get("discover") is True)
+            or e.name in ("hooks", "dsh.plugins.hooks")
+        )
         for e in entries
     )
 

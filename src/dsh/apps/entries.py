@@ -2,7 +2,7 @@
 
 Owns the built-in default composition (``mock-echo``, or the model plugin a ``provider:model``
 name picks through :mod:`dsh.llm.providers`, else ``openai-llm``; ``echo-tool``, the
-workspace tools, MCP discovery, ``agent-instructions``, ``time-context``, ``schedule``, JSONL
+workspace tools, workspace snapshots (``rewind``), MCP discovery, ``agent-instructions``, ``hooks``, ``skills``, ``time-context``, ``schedule``, ``subagent``, JSONL
 sessions under ``$DSH_HOME/sessions``, ``stdio-app``), the overrides flags apply to a
 ``--config`` composition (``--model``, ``--root``, ``--store``, ``--system``, ``--resume``,
 ``--sandbox``, ``--approval``, ``--timeout``, ``--time-zone``), and the refusal of flags the chosen store would
@@ -92,9 +92,15 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         # MCP servers of the project's .mcp.json and the user's mcp.json (none: nothing mounted).
         PluginEntry(id="mcp", name="mcp", config={"discover": True}),
         PluginEntry(id="workspace-tools", name="workspace-tools", config=_workspace_config(args, {})),
+        # Workspace snapshots before file-changing steps (dsh sessions diff / rewind, /rewind).
+        PluginEntry(id="rewind", name="rewind"),
         PluginEntry(id="agent-instructions", name="agent-instructions"),
+        # Claude Code hooks of the settings files (project files once trusted), and skills.
+        PluginEntry(id="hooks", name="hooks"),
+        PluginEntry(id="skills", name="skills"),
         PluginEntry(id="time-context", name="time-context", config=dict(DEFAULT_TIME_CONTEXT)),
         PluginEntry(id="schedule", name="schedule"),
+        PluginEntry(id="subagent", name="subagent"),
         *([compact] if compact is not None else []),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),

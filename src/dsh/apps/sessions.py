@@ -23,8 +23,9 @@ from typing import Any
 from rich.cells import cell_len, get_character_cell_size
 
 from dsh import _json, _zones
-from dsh.apps import list_facts, requests_view, tool_view
+from dsh.apps import list_facts, requests_view, sessions_tree, tool_view
 from dsh.apps.escape import escape_controls, escape_json
+from dsh.apps.hook_view import hook_entry
 from dsh.apps.list_facts import text_of as _text
 from dsh.apps.requests_view import rebuild_requests
 from dsh.errors import UsageError
@@ -89,6 +90,7 @@ async def list_sessions(store: SessionStore, args: argparse.Namespace) -> int:
                         "corrupt": str(exc)})
         row["location"] = info.location
         rows.append(row)
+    rows = sessions_tree.nest(rows, infos)
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=2))
         return 0
@@ -101,7 +103,7 @@ async def list_sessions(store: SessionStore, args: argparse.Namespace) -> int:
     for row in rows:
         last = row["lastActivity"]
         turns = "CORRUPT" if row["corrupt"] else str(row["turns"])
-        cells = [str(row["id"]), clip(row["title"] or "-", 40), turns, str(row["model"] or "-"),
+        cells = [sessions_tree.shown_id(row), clip(row["title"] or "-", 40), turns, str(row["model"] or "-"),
                  _time(int(last), date=True) if last else "-"]
         table.append(cells + ([str(row["cwd"] or "-")] if args.all else []))
     print_table(table)
@@ -282,6 +284,9 @@ def _timeline_entry(event: Event, names: dict[str, str] | None = None) -> str | 
         return f"{at}  blocked    {data.get('reason')}"
     if kind == "schedule/change":
         return f"{at}  ⏰ schedule {describe_change(data)}"
+    if kind.startswith("hook/"):
+        hooked = hook_entry(kind, data, names)
+        return f"{at}  {hooked}" if hooked is not None else None
     return None
 
 
@@ -311,6 +316,9 @@ def _event_line(event: Event) -> str:
 async def show(store: SessionStore, args: argparse.Namespace) -> int:
     stored = await store.read(args.id)
     out = sys.stdout
+    if getattr(args, "tree", False):
+        out.write("\n".join(await sessions_tree.tree_lines(store, str(stored.header["id"]))) + "\n")
+        return 0
     if args.json:
         out.write(header_line(stored.header).decode() + "\n")
         for event in stored.events:
@@ -319,6 +327,7 @@ async def show(store: SessionStore, args: argparse.Namespace) -> int:
         session = stored.live()
         dim = out.isatty() and not os.environ.get("NO_COLOR")
         lines = [_event_line(e) for e in session.events] if args.events else timeline(session, dim=dim)
+        lines += await sessions_tree.link_lines(store, stored)
         out.write("\n".join(lines) + "\n")
     out.flush()
     if args.follow:
@@ -357,7 +366,7 @@ async def requests(store: SessionStore, args: argparse.Namespace) -> int:
 
 
 async def remove(store: SessionStore, args: argparse.Namespace) -> int:
-    await store.read(args.id)  # a clear "not found" before asking
+    stored = await store.read(args.id)  # a clear "not found" before asking
     if not args.yes:
         if not sys.stdin.isatty():
             raise UsageError(f'refusing to remove session "{args.id}" without --yes (stdin is not a terminal)')
@@ -366,7 +375,10 @@ async def remove(store: SessionStore, args: argparse.Namespace) -> int:
             print("kept")
             return 0
     await store.remove(args.id)
-    print(f"removed {args.id}")
+    from dsh.rewind.ops import delete_snapshots  # git runs only for a session being removed
+
+    snapshots = await asyncio.to_thread(delete_snapshots, stored.header)
+    print(f"removed {args.id}" + (f" and its {snapshots} workspace snapshots" if snapshots else ""))
     return 0
 
 

@@ -1,7 +1,8 @@
 """``dsh sessions ACTION``: open the store the flags select, resolve the id, run the action.
 
-Owns the dispatch only: ``list``, ``show``, ``requests``, ``rm`` and ``export`` are
-:mod:`dsh.apps.sessions`'s, ``import`` and ``salvage`` :mod:`dsh.apps.salvage`'s. The store is
+Owns the dispatch only: ``list``, ``show``, ``requests``, ``rm`` (``delete``) and ``export`` are
+:mod:`dsh.apps.sessions`'s, ``import`` and ``salvage`` :mod:`dsh.apps.salvage`'s, ``diff``, ``rewind`` and ``gc``
+:mod:`dsh.apps.rewind_cmd`'s. The store is
 closed whatever happens.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Awaitable, Callable, Mapping
 
-from dsh.apps import salvage, session_ids, sessions
+from dsh.apps import rewind_cmd, salvage, session_ids, sessions
 from dsh.apps.entries import open_store
 from dsh.errors import UsageError
 from dsh.persistence.base import SessionStore
@@ -32,9 +33,11 @@ ACTIONS: Mapping[str, Action] = {
     "show": sessions.show,
     "requests": sessions.requests,
     "rm": sessions.remove,
+    "delete": sessions.remove,
     "export": sessions.export,
     "salvage": salvage.salvage,
     "trace": _trace,
+    **rewind_cmd.ACTIONS,
 }
 
 

@@ -42,6 +42,7 @@ from dsh.compose import app_store_entry, mount_spine
 from dsh.llm.service import LLM
 from dsh.persistence.base import SESSION_STORE, SessionInfo
 from dsh.plugins import turn_outcome
+from dsh.plugins.subagent.lineage import is_child_header
 from dsh.runtime import Context, ServiceKey
 from dsh.session import Event, Session
 from dsh.session.vocab import JsonObject
@@ -294,7 +295,10 @@ class StdioApp:
         """Stored sessions of this folder, newest first, without the current one."""
         here = os.getcwd()
         infos = await self.ctx.require(SESSION_STORE).list()
-        return [i for i in infos if i.header.get("cwd") == here and i.id != self.session_id]
+        return [
+            i for i in infos
+            if i.header.get("cwd") == here and i.id != self.session_id and not is_child_header(i.header)
+        ]
 
     def set_stop_input(self, callback: Callable[[], None]) -> None:
         self._stop_input = callback

@@ -50,6 +50,7 @@ from dsh.apps.term import commands
 from dsh.apps.term.host import TerminalApp
 from dsh.apps.term.view import Style, TranscriptView, replay
 from dsh.llm.catalog import unknown_note
+from dsh.plugins.subagent.progress import child_activity
 from dsh.session import Event, Session
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -156,6 +157,8 @@ class TerminalUI:
         frame = SPINNER[int(time.monotonic() * 10) % len(SPINNER)]
         if self._question is not None:
             text = self.style.bold(escape_controls(self._question_text))
+        elif self.view.children:
+            text = self.style.dim(f"{frame} {self.view.children_status()} · Ctrl-C cancels")
         elif self.view.waiting:
             waited = int(time.monotonic() - self.view.waiting_since)
             text = self.style.dim(f"{frame} waiting for the model… {waited}s · Ctrl-C cancels")
@@ -283,6 +286,11 @@ class TerminalUI:
     def _on_event(self, session: Session, event: Event) -> None:
         if session is self.app.agent.session:
             self.view(event)
+            self.application.invalidate()
+            return
+        activity = child_activity(self.app.ctx, session.id, event)
+        if activity is not None and activity.root_session == self.app.agent.session.id:
+            self.view.child(activity.call_id, activity.label, activity.what, activity.started, activity.done)
             self.application.invalidate()
 
     async def _tick(self) -> None:

@@ -33,7 +33,7 @@ START_QUESTION = "Trust this file and start what it runs? [y/N] "
 def add_parser(commands: argparse._SubParsersAction[P], parser_class: type[P]) -> None:
     """Add ``dsh trust`` to the command parsers."""
     cmd = commands.add_parser(
-        "trust", help="review and trust this folder's project files (.mcp.json) that run commands"
+        "trust", help="review and trust this folder's project files (.mcp.json, settings hooks) that run commands"
     )
     mode = cmd.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="trust without asking (for scripts)")
@@ -63,7 +63,9 @@ def project_files(folder: Path) -> list[trust.ProjectFile]:
     """The folder's project files of every kind dsh reads."""
     # Imported for its side effect, each module registering its kind with the trust registry
     # (here, not at the top: building the command line must not pay for them).
-    import dsh.plugins.mcp.mcp_json  # noqa: F401
+    import dsh.plugins.mcp.mcp_json
+    import dsh.plugins.subagent.definitions
+    import dsh.settings  # noqa: F401
 
     return trust.project_files(folder)
 

@@ -1,20 +1,21 @@
 """The ``anthropic-llm`` plugin's config and its environment fallbacks.
 
 Owns :class:`Config` (YAML keys in camelCase), the defaults (Anthropic's endpoint, the 120 s idle
-timeout, the thinking budget) and how the API key and base URL are resolved: ``apiKey``, else
-``$<apiKeyEnv>``, else ``$ANTHROPIC_API_KEY``; ``baseURL``, else ``$ANTHROPIC_BASE_URL``, else
-``https://api.anthropic.com``. It does not import the ``anthropic`` SDK.
+timeout, the thinking budget) and which variables the API key and base URL are resolved from:
+``apiKey``, else ``$<apiKeyEnv>``, else ``$ANTHROPIC_API_KEY``; ``baseURL``, else
+``$ANTHROPIC_BASE_URL``, else ``https://api.anthropic.com`` (the rule is
+:mod:`~dsh.llm._config_common`'s, shared with ``openai-llm``). It does not import the
+``anthropic`` SDK.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Literal
 
 import msgspec
 
-from dsh.llm.openai_config import DEFAULT_TIMEOUT_SECONDS, REDACTED
-from dsh.llm.types import LlmError
+from dsh.llm import _config_common as common
+from dsh.llm._config_common import DEFAULT_TIMEOUT_SECONDS, REDACTED
 
 __all__ = [
     "BASE_URL_ENV",
@@ -65,27 +66,14 @@ class Config(
     prompt_cache: bool = True
 
     def __repr__(self) -> str:  # the key must not reach logs through a config dump
-        fields = ", ".join(
-            f"{f}={REDACTED if f == 'api_key' and v else v!r}"
-            for f in self.__struct_fields__
-            for v in (getattr(self, f),)
-        )
-        return f"Config({fields})"
+        return common.config_repr(self)
 
 
 def resolve_api_key(cfg: Config) -> str:
     """``apiKey``, else ``$<apiKeyEnv>`` (when set), else ``$ANTHROPIC_API_KEY``."""
-    if cfg.api_key:
-        return cfg.api_key
-    env = cfg.api_key_env or KEY_ENV
-    key = os.environ.get(env, "")
-    if not key:
-        raise LlmError(
-            f"anthropic-llm: an API key is required (config apiKey or ${env})", code="NO_API_KEY"
-        )
-    return key
+    return common.resolve_api_key(cfg, KEY_ENV, "anthropic-llm")
 
 
 def resolve_base_url(cfg: Config) -> str:
     """``baseURL``, else ``$ANTHROPIC_BASE_URL``, else ``https://api.anthropic.com``."""
-    return cfg.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    return common.resolve_base_url(cfg, BASE_URL_ENV, DEFAULT_BASE_URL)

@@ -2,15 +2,19 @@
 
 Owns :class:`AnthropicAdapter` (the official ``anthropic`` SDK's ``AsyncAnthropic`` as transport:
 its HTTP client, SSE decoding, retries and error types) and the plugin (``name``, ``inject``,
-``apply``). The mappings live beside it: :mod:`~dsh.llm.anthropic_config` (config, key and URL),
-:mod:`~dsh.llm.anthropic_request` (request → wire, the cache rule),
-:mod:`~dsh.llm.anthropic_stream` (events → dsh chunks) and :mod:`~dsh.llm.anthropic_errors`.
+``apply``); the pump, idle timeout and key scrubbing around the SDK call are
+:class:`~dsh.llm._adapter.SdkAdapter`'s, shared with ``openai-llm``. The mappings live beside
+it: :mod:`~dsh.llm.anthropic_config` (config, key and URL), :mod:`~dsh.llm.anthropic_request`
+(request → wire, the cache rule), :mod:`~dsh.llm.anthropic_stream` (events → dsh chunks) and
+:mod:`~dsh.llm.anthropic_errors`.
 
 Behaves as ``openai-llm`` does: retries (``maxRetries``, default 2) are the SDK's and only
 before output begins; ``timeoutSeconds`` (120) is an idle timeout; an aborted signal closes the
-stream and ends with finish ``{kind:'aborted'}``. ``max_tokens`` (which the API requires) is
-the request's, else ``maxTokens``, else the catalog's maximum output for the model. Thinking is
-on for models the catalog marks as reasoning unless ``thinking: disabled``.
+stream and ends with finish ``{kind:'aborted'}``; the key variable (``apiKeyEnv``, else
+``ANTHROPIC_API_KEY``) is kept out of the environment of the commands the model runs.
+``max_tokens`` (which the API requires) is the request's, else ``maxTokens``, else the catalog's
+maximum output for the model. Thinking is on for models the catalog marks as reasoning unless
+``thinking: disabled``.
 
 The SDK is an optional extra (``dsh[anthropic]``): importing this module without it raises
 :class:`~dsh._extras.MissingExtra`.
@@ -18,33 +22,30 @@ The SDK is an optional extra (``dsh[anthropic]``): importing this module without
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from dsh._extras import missing_extra
+from dsh._redact import redact_url
+from dsh._secrets import register_secret_env
 from dsh.llm import catalog
+from dsh.llm._adapter import SdkAdapter, mount, plugin_config
+from dsh.llm._config_common import key_env
 from dsh.llm.anthropic_config import (
-    DEFAULT_TIMEOUT_SECONDS,
+    KEY_ENV,
     MIN_THINKING_BUDGET,
-    REDACTED,
     Config,
     resolve_api_key,
     resolve_base_url,
 )
 from dsh.llm.anthropic_request import request_params
 from dsh.llm.anthropic_stream import Translator
-from dsh.llm.pump import pumped
-from dsh.llm.service import LLM
 from dsh.llm.types import LlmError, LlmRequest, StreamChunk
 
 try:
     import anthropic
 
-    from dsh.llm.anthropic_errors import ErrorMapper, IdleTimeout
+    from dsh.llm.anthropic_errors import ErrorMapper
 except ModuleNotFoundError as exc:  # the optional extra is not installed
     extra = missing_extra("the anthropic-llm plugin", exc)
     if extra is None:
@@ -60,7 +61,7 @@ name = "anthropic-llm"
 inject = ["llm"]
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(SdkAdapter[Translator]):
     """Streams Messages API replies through ``AsyncAnthropic``."""
 
     def __init__(
@@ -75,30 +76,26 @@ class AnthropicAdapter:
         max_tokens: int | None = None,
         prompt_cache: bool = True,
     ) -> None:
-        if not api_key:
-            raise LlmError("an API key is required", code="NO_API_KEY")
-        self._api_key = api_key
-        self.base_url = base_url
-        self.max_retries = max_retries
-        self.timeout = timeout_seconds if timeout_seconds is not None else DEFAULT_TIMEOUT_SECONDS
+        super().__init__(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=max_retries,
+            timeout_seconds=timeout_seconds,
+            errors=ErrorMapper,
+        )
         self.thinking = thinking
         self.thinking_budget = thinking_budget
         self.max_tokens = max_tokens
         self.prompt_cache = prompt_cache
-        self._error = ErrorMapper(base_url, self.timeout, max_retries, self.scrub)
         self.client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=self.timeout
         )
 
     def __repr__(self) -> str:  # never show the key
-        return f"AnthropicAdapter(base_url={self.base_url!r})"
+        return f"AnthropicAdapter(base_url={redact_url(self.base_url)!r})"
 
     async def aclose(self) -> None:
         await self.client.close()
-
-    def scrub(self, text: str) -> str:
-        key = self._api_key
-        return text.replace(key, REDACTED) if key and key in text else text
 
     def request_kwargs(self, request: LlmRequest) -> dict[str, object]:
         """The SDK ``messages.create`` keyword arguments for ``request``."""
@@ -109,47 +106,23 @@ class AnthropicAdapter:
         thinking = budget if wants and budget >= MIN_THINKING_BUDGET else None
         return request_params(request, max_tokens=max_tokens, thinking_budget=thinking, cache=self.prompt_cache)
 
-    async def _pump(self, request: LlmRequest, emit: Callable[[StreamChunk], None]) -> None:
-        translator = Translator(emit)
-        stream: Any = None
-        failure: LlmError | None = None
-        try:
-            kwargs: dict[str, Any] = self.request_kwargs(request)
-            stream = await self.client.messages.create(**kwargs)
-            events = aiter(stream)
-            while True:
-                try:
-                    async with asyncio.timeout(self.timeout):
-                        event = await anext(events)
-                except StopAsyncIteration:
-                    break
-                except TimeoutError:
-                    raise IdleTimeout from None
-                translator.feed(event)
-            if not translator.stopped:
-                raise LlmError("the model stream was cut off before it finished", code="STREAM_CLOSED")
-        except Exception as err:  # cancellation (a BaseException) propagates untouched
-            failure = self._error(err, started=stream is not None)
-        finally:
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    await stream.close()
-        if failure is not None:
-            raise failure  # outside the handler: no __context__ that could quote the key
-        translator.end()
+    def _translator(self, emit: Callable[[StreamChunk], None]) -> Translator:
+        return Translator(emit)
 
-    def stream(self, request: LlmRequest) -> AsyncIterator[StreamChunk]:
-        """Stream ``request``; ends with finish ``{kind:'aborted'}`` when its signal aborts."""
-        return pumped(lambda emit: self._pump(request, emit), request.signal)
+    async def _open(self, request: LlmRequest) -> Any:
+        kwargs: dict[str, Any] = self.request_kwargs(request)
+        return await self.client.messages.create(**kwargs)
+
+    def _check(self, translator: Translator) -> None:
+        if not translator.stopped:
+            raise LlmError("the model stream was cut off before it finished", code="STREAM_CLOSED")
 
 
 # --------------------------------------------------------------------------- plugin
 
 
 def _config(config: object) -> Config:
-    if isinstance(config, Config):
-        return config
-    return msgspec.convert(config or {}, Config)
+    return plugin_config(config, Config)
 
 
 def create_adapter(config: Config | Mapping[str, object] | None = None) -> AnthropicAdapter:
@@ -169,6 +142,5 @@ def create_adapter(config: Config | Mapping[str, object] | None = None) -> Anthr
 def apply(ctx: Context, config: Config | Mapping[str, object] | None = None) -> None:
     """Register the adapter for ``config.models``; unregistered and closed with the plugin."""
     cfg = _config(config)
-    adapter = create_adapter(cfg)
-    ctx.defer(adapter.aclose)
-    ctx.defer(ctx.require(LLM).register_adapter(cfg.models, adapter))
+    register_secret_env(key_env(cfg, KEY_ENV))  # never passed to commands the model runs
+    mount(ctx, cfg.models, create_adapter(cfg))

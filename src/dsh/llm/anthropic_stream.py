@@ -21,8 +21,11 @@ alike, so it needs no SDK import.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
+from dsh.llm._wire import field as _get
+from dsh.llm._wire import integer as _int
+from dsh.llm._wire import unknown_finish
 from dsh.llm.types import (
     BlockType,
     ContentBlock,
@@ -36,18 +39,6 @@ from dsh.llm.types import (
 __all__ = ["Translator", "map_stop_reason"]
 
 
-def _get(obj: object, key: str) -> object:
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(key)
-    return getattr(obj, key, None)
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def map_stop_reason(reason: str) -> FinishReason:
     """Wire ``stop_reason`` → dsh finish reason (anything unexpected becomes ``error``)."""
     if reason in ("end_turn", "stop_sequence"):
@@ -56,7 +47,7 @@ def map_stop_reason(reason: str) -> FinishReason:
         return {"kind": "tool-calls"}
     if reason == "max_tokens":
         return {"kind": "max-tokens"}
-    return {"kind": "error", "message": f"model stopped: {reason}", "code": reason.upper()}
+    return unknown_finish(reason)
 
 
 class _Open:

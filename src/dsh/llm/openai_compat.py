@@ -2,11 +2,12 @@
 
 Owns :class:`OpenAICompatAdapter` (the transport, its timeouts and cancellation) and the plugin
 (``name``, ``inject``, ``apply``). Transport is the official ``openai`` SDK's ``AsyncOpenAI``
-(its HTTP client, SSE decoding, retries, timeouts and error types). The mappings live next to
-it (docs/llm.md): :mod:`~dsh.llm.openai_config` (config, key and URL resolution),
-:mod:`~dsh.llm.openai_request` (request → wire), :mod:`~dsh.llm.openai_stream` (wire chunks →
-dsh chunks) and :mod:`~dsh.llm.openai_errors` (failures → :class:`~dsh.llm.types.LlmError`);
-their public names are re-exported here.
+(its HTTP client, SSE decoding, retries, timeouts and error types); the pump, idle timeout and
+key scrubbing around it are :class:`~dsh.llm._adapter.SdkAdapter`'s, shared with
+``anthropic-llm``. The mappings live next to it (docs/llm.md): :mod:`~dsh.llm.openai_config`
+(config, key and URL resolution), :mod:`~dsh.llm.openai_request` (request → wire),
+:mod:`~dsh.llm.openai_stream` (wire chunks → dsh chunks) and :mod:`~dsh.llm.openai_errors`
+(failures → :class:`~dsh.llm.types.LlmError`); their public names are re-exported here.
 
 Retries (``maxRetries``, default 2) are the SDK's and only happen before the response starts;
 nothing is retried once output has begun. ``timeoutSeconds`` (default 120) bounds each attempt's
@@ -18,34 +19,31 @@ iterator ends with finish ``{kind:'aborted'}``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
 from typing import TYPE_CHECKING, Any, Literal
 
-import msgspec
 import openai
 
 from dsh._redact import redact_url
 from dsh._secrets import register_secret_env
+from dsh.llm._adapter import SdkAdapter, mount, plugin_config
+from dsh.llm._config_common import key_env
 from dsh.llm.openai_config import (
     DEFAULT_BASE_URL,
     DEFAULT_MODELS,
     DEFAULT_TIMEOUT_SECONDS,
     KEY_ENV,
-    REDACTED,
     Config,
     resolve_api_key,
     resolve_base_url,
 )
-from dsh.llm.openai_errors import ErrorMapper, IdleTimeout
+from dsh.llm.openai_errors import ErrorMapper
 from dsh.llm.openai_request import build_messages, build_tools, request_kwargs
 from dsh.llm.openai_stream import Translator, map_finish_reason, map_usage
-from dsh.llm.pump import pumped
 from dsh.llm.service import LLM
-from dsh.llm.types import LlmError, LlmRequest, StreamChunk
+from dsh.llm.types import LlmRequest, StreamChunk
 
 if TYPE_CHECKING:
     from dsh.runtime import Context
@@ -79,7 +77,7 @@ def _user_agent() -> str:
         return "dsh"
 
 
-class OpenAICompatAdapter:
+class OpenAICompatAdapter(SdkAdapter[Translator]):
     """Streams chat completions from an OpenAI-compatible endpoint through ``AsyncOpenAI``."""
 
     def __init__(
@@ -94,12 +92,13 @@ class OpenAICompatAdapter:
         extra_body: Mapping[str, object] | None = None,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
-        if not api_key:
-            raise LlmError("an API key is required", code="NO_API_KEY")
-        self._api_key = api_key
-        self.base_url = base_url
-        self.max_retries = max_retries
-        self.timeout = timeout_seconds if timeout_seconds is not None else DEFAULT_TIMEOUT_SECONDS
+        super().__init__(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=max_retries,
+            timeout_seconds=timeout_seconds,
+            errors=ErrorMapper,
+        )
         self._extra_body: dict[str, object] = {}
         if thinking is not None:
             self._extra_body["thinking"] = {"type": thinking}
@@ -107,7 +106,6 @@ class OpenAICompatAdapter:
             self._extra_body["reasoning_effort"] = reasoning_effort
         if extra_body:
             self._extra_body.update(extra_body)
-        self._error = ErrorMapper(base_url, self.timeout, max_retries, self.scrub)
         if client is None:
             client = openai.AsyncOpenAI(
                 api_key=api_key,
@@ -125,64 +123,23 @@ class OpenAICompatAdapter:
         """Close the SDK client's connection pool."""
         await self.client.close()
 
-    def scrub(self, text: str) -> str:
-        """``text`` with every occurrence of the API key replaced."""
-        key = self._api_key
-        return text.replace(key, REDACTED) if key and key in text else text
-
     def request_kwargs(self, request: LlmRequest) -> dict[str, object]:
         """The SDK ``chat.completions.create`` keyword arguments for ``request``."""
         return request_kwargs(request, self._extra_body)
 
-    async def _pump(self, request: LlmRequest, emit: Callable[[StreamChunk], None]) -> None:
-        """Open the SDK stream and translate it; runs as its own task so it can be cancelled."""
-        translator = Translator(emit)
-        # The SDK's AsyncStream; Any because its type needs the SDK's generics (and it is
-        # read only through aiter/anext/close).
-        stream: Any = None
-        failure: LlmError | None = None
-        idle = self.timeout
-        try:
-            kwargs: dict[str, Any] = self.request_kwargs(request)
-            stream = await self.client.chat.completions.create(**kwargs)
-            chunks = aiter(stream)
-            while True:
-                # The idle timer also catches a server that keeps the connection busy (SSE
-                # comments, say) without sending a chunk, which the socket read timeout misses.
-                try:
-                    async with asyncio.timeout(idle):
-                        chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
-                except TimeoutError:
-                    raise IdleTimeout from None
-                translator.feed(chunk)
-        except Exception as err:  # cancellation (a BaseException) propagates untouched
-            failure = self._error(err, started=stream is not None)
-        finally:
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    await stream.close()
-        if failure is not None:
-            # Raised outside the handler so that it carries no __context__: the SDK's own
-            # exception may quote the API key.
-            raise failure
-        translator.end()
+    def _translator(self, emit: Callable[[StreamChunk], None]) -> Translator:
+        return Translator(emit)
 
-    # ------------------------------------------------------------------ the adapter protocol
-
-    def stream(self, request: LlmRequest) -> AsyncIterator[StreamChunk]:
-        """Stream ``request``; ends with finish ``{kind:'aborted'}`` when its signal aborts."""
-        return pumped(lambda emit: self._pump(request, emit), request.signal)
+    async def _open(self, request: LlmRequest) -> Any:
+        kwargs: dict[str, Any] = self.request_kwargs(request)
+        return await self.client.chat.completions.create(**kwargs)
 
 
 # --------------------------------------------------------------------------- plugin
 
 
 def _config(config: object) -> Config:
-    if isinstance(config, Config):
-        return config
-    return msgspec.convert(config or {}, Config)
+    return plugin_config(config, Config)
 
 
 def create_adapter(config: Config | Mapping[str, object] | None = None) -> OpenAICompatAdapter:
@@ -202,9 +159,8 @@ def create_adapter(config: Config | Mapping[str, object] | None = None) -> OpenA
 def apply(ctx: Context, config: Config | Mapping[str, object] | None = None) -> None:
     """Register the adapter for ``config.models``; unregistered and closed with the plugin."""
     cfg = _config(config)
-    register_secret_env(cfg.api_key_env or KEY_ENV)  # never passed to commands the model runs
+    register_secret_env(key_env(cfg, KEY_ENV))  # never passed to commands the model runs
     adapter = create_adapter(cfg)
-    ctx.defer(adapter.aclose)
-    ctx.defer(ctx.require(LLM).register_adapter(cfg.models, adapter))
+    mount(ctx, cfg.models, adapter)
     if cfg.any_model:
         ctx.defer(ctx.require(LLM).set_fallback(adapter))

@@ -1,18 +1,19 @@
 """The ``openai-llm`` plugin's config and its environment fallbacks.
 
 Owns :class:`Config` (YAML keys in camelCase), the defaults (DeepSeek's base URL and models, the
-120 s idle timeout) and how the API key and base URL are resolved. It does not import the
+120 s idle timeout) and which variables the API key and base URL are resolved from (the rule is
+:mod:`~dsh.llm._config_common`'s, shared with ``anthropic-llm``). It does not import the
 ``openai`` SDK, so the CLI can read :data:`DEFAULT_MODELS` without paying for it.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Literal
 
 import msgspec
 
-from dsh.llm.types import LlmError
+from dsh.llm import _config_common as common
+from dsh.llm._config_common import DEFAULT_TIMEOUT_SECONDS, REDACTED
 
 __all__ = [
     "BASE_URL_ENV",
@@ -30,9 +31,6 @@ DEFAULT_BASE_URL = "https://api.deepseek.com"
 DEFAULT_MODELS = ("deepseek-v4-flash", "deepseek-v4-pro")
 KEY_ENV = "DEEPSEEK_API_KEY"
 BASE_URL_ENV = "DEEPSEEK_BASE_URL"
-# The longest wait for the response to start (per attempt) and between two chunks of it.
-DEFAULT_TIMEOUT_SECONDS = 120.0
-REDACTED = "[redacted]"
 
 
 class Config(
@@ -65,27 +63,14 @@ class Config(
     any_model: bool = False
 
     def __repr__(self) -> str:  # the key must not reach logs through a config dump
-        fields = ", ".join(
-            f"{f}={REDACTED if f == 'api_key' and v else v!r}"
-            for f in self.__struct_fields__
-            for v in (getattr(self, f),)
-        )
-        return f"Config({fields})"
+        return common.config_repr(self)
 
 
 def resolve_api_key(cfg: Config) -> str:
     """``apiKey``, else ``$<apiKeyEnv>`` (when set), else ``$DEEPSEEK_API_KEY``."""
-    if cfg.api_key:
-        return cfg.api_key
-    env = cfg.api_key_env or KEY_ENV
-    key = os.environ.get(env, "")
-    if not key:
-        raise LlmError(
-            f"openai-llm: an API key is required (config apiKey or ${env})", code="NO_API_KEY"
-        )
-    return key
+    return common.resolve_api_key(cfg, KEY_ENV, "openai-llm")
 
 
 def resolve_base_url(cfg: Config) -> str:
     """``baseURL``, else ``$DEEPSEEK_BASE_URL``, else ``https://api.deepseek.com``."""
-    return cfg.base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    return common.resolve_base_url(cfg, BASE_URL_ENV, DEFAULT_BASE_URL)

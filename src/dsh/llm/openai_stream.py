@@ -9,8 +9,11 @@ mappings alike, so it needs no SDK import.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
+from dsh.llm._wire import field as _get
+from dsh.llm._wire import integer as _int
+from dsh.llm._wire import unknown_finish
 from dsh.llm.types import (
     BlockEndChunk,
     BlockType,
@@ -32,20 +35,7 @@ def map_finish_reason(reason: str) -> FinishReason:
         return {"kind": "tool-calls"}
     if reason == "length":
         return {"kind": "max-tokens"}
-    return {"kind": "error", "message": f"model stopped: {reason}", "code": reason.upper()}
-
-
-def _get(obj: object, key: str) -> object:
-    """A field of an SDK model (declared or extra) or of a plain mapping; ``None`` if absent."""
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(key)
-    return getattr(obj, key, None)
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return unknown_finish(reason)
 
 
 def map_usage(usage: object) -> TokenUsage:

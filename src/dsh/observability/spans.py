@@ -24,8 +24,14 @@ __all__ = ["AttrValue", "SessionTracer", "SpanData", "SpanEvent", "SpanSink", "a
 
 AttrValue = str | int | float | bool | Sequence[str]
 
-# time-context's reading: "Time sampled while preparing turn 1, step 2: <iso>[<zone>]\nElapsed since …: 0s."
-_READING = re.compile(r"Time sampled while preparing turn \d+, step \d+: (\S+?)\[([^\]]+)\]\s*\n(Elapsed since [^:]+): (.+?)\.?\s*$")
+# time-context's reading: "Time sampled while preparing turn 1, step 2: <iso>[<zone>]\n", with
+# zoneLine on "Browser time zone for this request: <zone, mixed [...] or unavailable>. …\n", then
+# "Elapsed since …: 0s."
+_READING = re.compile(
+    r"Time sampled while preparing turn \d+, step \d+: (\S+?)\[([^\]]+)\]\s*\n"
+    r"(?:Browser time zone for this request: (.+?)\. [^\n]*\n)?"
+    r"(Elapsed since [^:]+): (.+?)\.?\s*$"
+)
 _ENDED_BADLY = frozenset({"error", "aborted", "rejected", "disposed", "interrupted"})
 
 
@@ -175,9 +181,11 @@ class SessionTracer:
             attrs = {
                 "dsh.time.sampled": match.group(1),
                 "dsh.time.zone": match.group(2),
-                "dsh.time.elapsed": match.group(4),
-                "dsh.time.elapsed_since": match.group(3).removeprefix("Elapsed since ").removeprefix("the "),
+                "dsh.time.elapsed": match.group(5),
+                "dsh.time.elapsed_since": match.group(4).removeprefix("Elapsed since ").removeprefix("the "),
             }
+            if match.group(3) is not None:
+                attrs["dsh.time.request_zone"] = match.group(3)
         self.pending.append(SpanEvent("dsh.time_context.reading", at, attrs))
 
     def _step_start(self, at: int, data: Mapping[str, object]) -> None:

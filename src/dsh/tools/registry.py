@@ -24,7 +24,7 @@ import dataclasses
 import inspect
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import msgspec
@@ -33,6 +33,7 @@ from dsh.runtime.abort import AbortController, AbortSignal
 from dsh.runtime.context import Context
 from dsh.runtime.keys import ServiceKey
 from dsh.session.vocab import ToolErrorInfo, ToolSchema
+from dsh.tools.interception import PREAPPROVED, PostToolHook, PreToolHook, fold
 from dsh.tools.types import ContentBlock, Tool, ToolCall, ToolResult
 
 if TYPE_CHECKING:  # imported on the first tool call: it costs more than the rest of startup
@@ -63,6 +64,10 @@ class ApprovalGate(Protocol):
         """``None`` to run the call, else the model-visible refusal."""
         ...
 
+    async def check(self, call: ToolCall, reason: str, *, tool_name: str | None = None) -> str | None:
+        """Ask for ``call`` whatever the tool (a pre-tool hook said ``ask``)."""
+        ...
+
 
 class ToolRegistry:
     """Registered tools by name, their schemas, and the execute pipeline."""
@@ -77,6 +82,18 @@ class ToolRegistry:
         self._validators: dict[tuple[str | None, str], tuple[Tool, jsonschema.protocols.Validator | None]] = {}
         self.tool_order: list[str] | None = list(tool_order) if tool_order is not None else None
         self.approval_gate: ApprovalGate | None = None
+        self._pre_hooks: list[PreToolHook] = []
+        self._post_hooks: list[PostToolHook] = []
+
+    def add_pre_tool_hook(self, hook: PreToolHook) -> Callable[[], None]:
+        """Run ``hook`` before the approval gate of every call (see dsh.tools.interception)."""
+        self._pre_hooks.append(hook)
+        return lambda: self._pre_hooks.remove(hook) if hook in self._pre_hooks else None
+
+    def add_post_tool_hook(self, hook: PostToolHook) -> Callable[[], None]:
+        """Run ``hook`` after every call that ran without error; it may change the result."""
+        self._post_hooks.append(hook)
+        return lambda: self._post_hooks.remove(hook) if hook in self._post_hooks else None
 
     def set_approval_gate(self, gate: ApprovalGate) -> Callable[[], None]:
         """Install the approval gate every call passes; returns a function that removes it."""
@@ -143,11 +160,20 @@ class ToolRegistry:
         own = self._own.get(agent_id) if agent_id is not None else None
         return {**self._tools, **own} if own else self._tools
 
-    def schemas(self, tool_order: Sequence[str] | None = None, *, agent_id: str | None = None) -> list[ToolSchema]:
+    def schemas(
+        self,
+        tool_order: Sequence[str] | None = None,
+        *,
+        agent_id: str | None = None,
+        allowed: Collection[str] | None = None,
+    ) -> list[ToolSchema]:
         """``[{"name", "description", "parameters"}]`` of the tools agent ``agent_id`` sees (every
-        agent's, plus its own), sorted by name, unless a tool order (the argument, else the
-        configured ``toolOrder``) lists some first."""
+        agent's, plus its own; only the names in ``allowed`` when given, a delegated child's
+        filter), sorted by name, unless a tool order (the argument, else the configured
+        ``toolOrder``) lists some first."""
         tools = self._visible(agent_id)
+        if allowed is not None:
+            tools = {n: t for n, t in tools.items() if n in allowed}
         order = self.tool_order if tool_order is None else tool_order
         names = sorted(tools)
         if order:
@@ -165,12 +191,15 @@ class ToolRegistry:
         agent: Any = None,
         signal: AbortSignal | None = None,
         agent_id: str | None = None,
+        allowed: Collection[str] | None = None,
     ) -> ToolResult:
         """Run tool ``name`` with ``arguments`` (parsed JSON, or the raw string when the model's
         JSON did not parse, which is refused) once they fit its schema. Always returns a
         :class:`ToolResult`. ``agent_id`` is the calling agent: another agent's own tool is
-        unknown to it."""
+        unknown to it, and so is a tool outside ``allowed`` (a delegated child's filter)."""
         tool, owner = self._lookup(name, agent_id)
+        if allowed is not None and name not in allowed:
+            tool = None
         if tool is None:
             return ToolResult(
                 content=[_text(f'Error: unknown tool "{name}"')],
@@ -191,22 +220,57 @@ class ToolRegistry:
             signal=signal if signal is not None else AbortController().signal,
             arguments=arguments,
         )
-        refusal = await self._approval_refusal(tool, call)
+        hooked = fold([await hook(tool, call) for hook in list(self._pre_hooks)])
+        if hooked.kind == "deny":
+            return ToolResult(
+                content=[_text(f"Error: {hooked.reason or 'blocked by PreToolUse hook'}")],
+                is_error=True,
+                error={"name": "HookDenied", "code": "HOOK_DENIED"},
+                additional_contexts=list(hooked.contexts) or None,
+            )
+        if hooked.kind == "allow":
+            refusal = None  # the hook's allow counts as an approval rule for this call
+        elif hooked.kind == "ask":
+            refusal = await self._hook_ask(tool, call, hooked.reason)
+        else:
+            refusal = await self._approval_refusal(tool, call)
         if refusal is not None:
             return ToolResult(
                 content=[_text(f"Error: {refusal}")],
                 is_error=True,
                 error={"name": "ApprovalError", "code": "APPROVAL"},
             )
+        token = PREAPPROVED.set(hooked.kind == "allow")
         try:
             output = tool.execute(arguments, call)
             if inspect.isawaitable(output):
                 output = await output
-            return _normalize(name, output)
+            result = _normalize(name, output)
         except Exception as exc:
             # Exception, not BaseException: CancelledError/KeyboardInterrupt must propagate.
             _log.debug("tool %s failed", name, exc_info=True)
             return _error_result(exc)
+        finally:
+            PREAPPROVED.reset(token)
+        if hooked.contexts:
+            result = dataclasses.replace(
+                result, additional_contexts=[*(result.additional_contexts or ()), *hooked.contexts]
+            )
+        if not result.is_error:
+            for post in list(self._post_hooks):
+                result = await post(tool, call, result)
+        return result
+
+    async def _hook_ask(self, tool: Tool, call: ToolCall, reason: str | None) -> str | None:
+        """A pre-tool hook said ``ask``: ask whatever the tool; no gate refuses (fails closed)."""
+        gate = self.approval_gate
+        if gate is None:
+            return f'approval unavailable: a PreToolUse hook asks to approve "{tool.name}" and no approval service is mounted; the call was not run'
+        try:
+            return await gate.check(call, reason or "a PreToolUse hook asks for approval", tool_name=tool.name)
+        except Exception as exc:
+            _log.debug("approval gate failed for %s", tool.name, exc_info=True)
+            return f'approval unavailable: "{tool.name}" could not be approved ({exc}); the call was not run'
 
     async def _approval_refusal(self, tool: Tool, call: ToolCall) -> str | None:
         """Fail closed: a tool that needs approval with no gate mounted does not run."""

@@ -79,6 +79,12 @@ class Tool:
     # False for tools that check their own arguments because their error results are a contract
     # (the schedule tools answer with the reference's coded JSON errors, not the registry's text).
     validate_arguments: bool = True
+    # True for tools that never change files (an MCP tool annotated readOnlyHint): the rewind
+    # plugin takes no workspace snapshot before a step that calls only such tools.
+    read_only: bool = False
+    # True for tools whose calls may overlap: consecutive such calls of one assistant message
+    # run concurrently and their results still commit in the model's order (``subagent``).
+    concurrency_safe: bool = False
 
     def schema(self) -> ToolSchema:
         """The model-facing declaration ``{name, description, parameters}`` (a fresh copy, so
@@ -98,6 +104,8 @@ def define_tool(
     execute: ToolExecute,
     needs_approval: bool = False,
     validate_arguments: bool = True,
+    read_only: bool = False,
+    concurrency_safe: bool = False,
 ) -> Tool:
     """Declare a tool. ``parameters`` defaults to an empty object schema
     ``{"type": "object", "properties": {}}``; ``execute(args, call)`` may be plain or async and
@@ -120,4 +128,6 @@ def define_tool(
         execute=execute,
         needs_approval=needs_approval,
         validate_arguments=validate_arguments,
+        read_only=read_only,
+        concurrency_safe=concurrency_safe,
     )

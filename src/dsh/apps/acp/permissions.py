@@ -21,6 +21,7 @@ from typing import Protocol
 from acp import schema
 
 from dsh.apps.acp.mapping import tool_call_content, tool_kind, tool_title
+from dsh.plugins.subagent.lineage import delegation_root, label_of
 from dsh.tools.workspace.approval import Always, Answer, ApprovalOutcome, ApprovalRequest
 
 __all__ = ["OPTIONS", "ClientAsker"]
@@ -69,15 +70,20 @@ class ClientAsker:
         self.timeout = timeout
 
     async def __call__(self, request: ApprovalRequest) -> Answer:
-        found = self._session_of(request.agent)
+        # A subagent's question is asked in the session of the agent it works for, on that
+        # agent's subagent call, labelled with the child's name.
+        root, root_call = delegation_root(request.agent)
+        found = self._session_of(root)
         if found is None:
             return "unavailable"
         session_id, cwd = found
         args = request.arguments
         name = str(request.tool_name)
+        label = label_of(request.agent)
+        title = f"{tool_title(name, args)} — {request.reason}" if request.reason else tool_title(name, args)
         tool_call = schema.ToolCallUpdate(
-            tool_call_id=str(request.call_id or f"approval-{name}"),
-            title=f"{tool_title(name, args)} — {request.reason}" if request.reason else tool_title(name, args),
+            tool_call_id=str(root_call or request.call_id or f"approval-{name}"),
+            title=f"[{label}] {title}" if label else title,
             kind=tool_kind(name),
             status="pending",
             raw_input=args,

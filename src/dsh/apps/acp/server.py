@@ -50,6 +50,8 @@ from dsh.apps.acp.permissions import ClientAsker
 from dsh.apps.acp.replay import replay
 from dsh.apps.acp.wire import StdioTransport, WireMessage, claim_stdout
 from dsh.persistence.base import SESSION_STORE, StoreError
+from dsh.plugins.subagent.lineage import is_child_header
+from dsh.plugins.subagent.progress import child_activity
 from dsh.runtime import Context
 from dsh.session import Event, Session
 from dsh.tools.registry import TOOLS
@@ -151,6 +153,7 @@ class DshAcpAgent:
     def _on_event(self, session: Session, event: Event) -> None:
         state = self.sessions.get(session.id)
         if state is None:
+            self._child_event(session, event)
             return
         data: Mapping[str, object] = event.data
         if event.type == "assistant/chunk":
@@ -165,6 +168,19 @@ class DshAcpAgent:
                 state.reason = reason if isinstance(reason, dict) else {"kind": "completed"}
         for update in updates_for(event.type, data, cwd=state.cwd, tool_names=state.tool_names, replay=False):
             self._outbox.put_nowait((session.id, update))
+
+    def _child_event(self, session: Session, event: Event) -> None:
+        """A subagent's activity, as updates of the parent's ``subagent`` call."""
+        activity = child_activity(self.ctx, session.id, event)
+        if activity is None or activity.root_session not in self.sessions:
+            return
+        update = schema.ToolCallProgress(
+            session_update="tool_call_update",
+            tool_call_id=activity.call_id,
+            status="in_progress",
+            content=[schema.ContentToolCallContent(type="content", content=schema.TextContentBlock(type="text", text=activity.text))],
+        )
+        self._outbox.put_nowait((activity.root_session, update))
 
     # -- methods -----------------------------------------------------------------------------
 
@@ -303,7 +319,11 @@ class DshAcpAgent:
             start = int(cursor) if cursor else 0
         except ValueError:
             raise invalid_params(f'bad cursor "{cursor}": pass the nextCursor of the previous page') from None
-        infos = [i for i in await store.list() if cwd is None or i.header.get("cwd") == cwd]
+        # A subagent's session belongs to its parent's conversation, not to the editor's list.
+        infos = [
+            i for i in await store.list()
+            if (cwd is None or i.header.get("cwd") == cwd) and not is_child_header(i.header)
+        ]
         page = infos[start : start + LIST_PAGE]
         sessions = []
         for info in page:

@@ -1,7 +1,8 @@
 """Slash commands of terminal mode, and their completion.
 
 ``/help``, ``/exit`` (``/quit``), ``/compact``, ``/model NAME``, ``/clear``, ``/resume [N|ID]``,
-``/usage``, ``/permissions [rm N]``. An unknown ``/x`` is an error line and never reaches the model; a line starting with
+``/usage``, ``/hooks``, ``/skills``, ``/rewind`` (:mod:`dsh.apps.term.rewind_command`),
+``/permissions [rm N]``. An unknown ``/x`` is an error line and never reaches the model; a line starting with
 ``//`` is sent with one slash removed.
 """
 
@@ -31,6 +32,9 @@ COMMANDS: dict[str, str] = {
     "/clear": "start a new session (the current one stays stored)",
     "/resume": "/resume: list this folder's sessions; /resume N or ID: switch to one",
     "/usage": "tokens in, out and cached, and their cost, over this session",
+    "/rewind": "/rewind: list the turns; /rewind N: restore files and/or conversation to before turn N",
+    "/hooks": "the hooks in force and the file each came from",
+    "/skills": "the skills the model can load, and where each came from",
     "/permissions": "/permissions: the rules in force and their sources; /permissions rm N: remove one",
 }
 
@@ -45,6 +49,7 @@ class UI(Protocol):
     def error(self, text: str) -> None: ...
     def leave(self) -> None: ...
     def show_history(self) -> None: ...
+    async def ask(self, question: str) -> str: ...
 
 
 class SlashCompleter(Completer):
@@ -120,6 +125,15 @@ async def run(ui: UI, line: str) -> None:
         await _resume(ui, arg)
     elif command == "/usage":
         _usage(ui)
+    elif command == "/rewind":
+        from dsh.apps.term.rewind_command import rewind
+
+        await rewind(ui, arg)
+    elif command in ("/hooks", "/skills"):
+        from dsh.apps.extensions_view import listing
+
+        for text in listing(app.ctx, command[1:], app.agent):
+            ui.say(f"  {escape_controls(text)}")
     elif command == "/permissions":
         from dsh.apps.term import permissions_cmd
 

@@ -77,6 +77,15 @@ def usage_line(
     return " · ".join(parts)
 
 
+def changes_line(changes: Any) -> str | None:
+    """``3 files changed, +12 −4 · /rewind to undo`` from a turn-end snapshot's ``changes``."""
+    if not isinstance(changes, dict) or not changes.get("files"):
+        return None
+    files = changes["files"]
+    return (f"{files} file{'s' if files != 1 else ''} changed, +{changes.get('added', 0)} "
+            f"−{changes.get('deleted', 0)} · /rewind to undo")
+
+
 def header_model(event: Event) -> str | None:
     header = event.data.get("header") if isinstance(event.data, dict) else None
     config = header.get("config") if isinstance(header, dict) else None
@@ -124,6 +133,9 @@ class TranscriptView:
         self.streaming = False
         self._blocks_shown = 0  # Markdown blocks of the current reply already printed
         prewarm()  # the price table loads off the UI thread, before the first turn ends
+        self._changes: str | None = None  # the turn's workspace summary (rewind plugin)
+        # Running subagents, by the parent's call id: (name, current tool, started).
+        self.children: dict[str, tuple[str, str, float]] = {}
 
     @property
     def live(self) -> str:
@@ -143,6 +155,20 @@ class TranscriptView:
         rendered = render_markdown(escape_controls(text), width=self._width(), colour=self.style.colour)
         lines = [line.rstrip(" ") for line in rendered.rstrip("\n").split("\n")]
         self._emit("\n".join(lines) + "\n")
+
+    def child(self, call_id: str, label: str, what: str, started: float, done: bool) -> None:
+        """A subagent's progress: shown live under its call, one dim line once it is done."""
+        if not done:
+            self.children[call_id] = (label, what, started)
+            return
+        self.children.pop(call_id, None)
+        self.line(self.style.dim(escape_controls(f"  ⤷ {label} · {what} · {int(time.monotonic() - started)}s")))
+
+    def children_status(self) -> str:
+        now = time.monotonic()
+        return " · ".join(
+            escape_controls(f"⤷ {label} · {what} · {int(now - started)}s") for label, what, started in self.children.values()
+        )
 
     # -- events ------------------------------------------------------------------------------
 
@@ -182,6 +208,8 @@ class TranscriptView:
                 self.line(self.style.dim(reminder))
         elif kind == "todo/write":
             self._todo(data.get("todos"))
+        elif kind == "workspace/snapshot":
+            self._changes = changes_line(data.get("changes"))
         elif kind == "step/end":
             self.waiting = self.streaming = False
         elif kind == "turn/end":
@@ -195,7 +223,9 @@ class TranscriptView:
             if self._usages or ending is None:
                 cost = usage_cost(self._calls)
                 self.line(self.style.dim(usage_line(self.model, data.get("turn"), self._usages, seconds, cost)))
-            self._started = None
+            if self._changes:
+                self.line(self.style.dim(self._changes))
+            self._started = self._changes = None
 
     def _chunk(self, chunk: dict[str, Any]) -> None:
         ctype = chunk.get("type")

@@ -134,6 +134,7 @@ class Server:
             parameters=schema or {"type": "object", "properties": {}},
             execute=execute,
             needs_approval=self.spec.needs_approval,
+            read_only=bool(getattr(item.annotations, "read_only_hint", None)),  # readOnlyHint
         )
 
     async def close(self) -> None:

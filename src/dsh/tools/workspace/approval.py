@@ -41,6 +41,7 @@ from dsh.permissions.scopes import Scope
 from dsh.runtime.abort import AbortSignal
 from dsh.runtime.keys import ServiceKey
 from dsh.session.vocab import JsonObject
+from dsh.tools.interception import preapproved
 from dsh.tools.types import Tool, ToolCall
 from dsh.tools.workspace._common import resolve_path, workspace_root
 from dsh.tools.workspace.rule_book import (
@@ -309,6 +310,8 @@ class ApprovalService:
             return Verdict("allowed-once", "mode", source=SKIP_SOURCE)
         if self.policy == "never":
             return Verdict("rejected", "policy")
+        if preapproved():  # a PreToolUse hook allowed this call: it counts as a rule
+            return Verdict("allowed-once", "hook", source="PreToolUse hook")
         return await self._ask_person(req)
 
     async def _ask_person(self, req: ApprovalRequest) -> Verdict:

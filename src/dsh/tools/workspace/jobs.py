@@ -1,5 +1,6 @@
 """Background jobs: ``bash`` with ``run_in_background``, read with ``job_output``, listed with
-``job_list`` and stopped with ``job_kill``.
+``job_list`` and stopped with ``job_kill``. Other producers (a background ``subagent``) add
+final-output jobs through :meth:`JobManager.start_task` (the manager is the ``JOBS`` service).
 
 Jobs belong to the session that started them (another session cannot see them) and live as long
 as this process: disposing the plugin kills every running job, and a job of an earlier process of
@@ -13,21 +14,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from dsh import _clock
+from dsh.runtime.keys import ServiceKey
 from dsh.tools.types import Tool, ToolCall, ToolError, define_tool
 from dsh.tools.workspace._common import bool_arg, number_arg, session_id, str_arg, text
 from dsh.tools.workspace.process import ManagedProcess, Outcome, spawn, tail_bytes, tail_text
 from dsh.tools.workspace.spill import Capture, SpillStore
 
-__all__ = ["Job", "JobManager", "job_tools"]
+__all__ = ["JOBS", "Job", "JobManager", "TaskWork", "job_tools"]
 
 _JOB_LINE: Final = re.compile(r"^job_id: (\S+)$", re.MULTILINE)
 _ID_DESC: Final = "Job id returned by the tool that started the background work."
+
+
+@dataclass
+class TaskWork:
+    """A final-output job's work: ``done`` settles to ``(status, output)``; ``cancel`` stops it."""
+
+    done: asyncio.Future[tuple[str, str]]
+    cancel: Callable[[str], None]
+    kind: str
 
 
 @dataclass
@@ -35,8 +46,10 @@ class Job:
     id: str
     owner: str
     command: str
-    process: ManagedProcess
+    process: ManagedProcess | None
     started_ms: int
+    task: TaskWork | None = None
+    result: str = ""
     status: str = "running"  # running | completed | failed | killed
     outcome: Outcome | None = None
     offset: int = 0
@@ -78,7 +91,29 @@ class JobManager:
         self._jobs[job_id] = job
         return job
 
+    def start_task(self, owner: str, prefix: str, label: str, work: TaskWork) -> Job:
+        """Register a final-output job ``<prefix>-N`` of session ``owner``; it settles when
+        ``work.done`` does, and ``job_output`` then returns its output once."""
+        used = [job.id for job in self.owned(owner)]
+        numbers = [int(i[len(prefix) + 1 :]) for i in used if i.startswith(prefix + "-") and i[len(prefix) + 1 :].isdigit()]
+        job = Job(f"{prefix}-{max(numbers, default=0) + 1}", owner, label, None, _clock.now_ms(), task=work)
+        job.watcher = asyncio.get_running_loop().create_task(self._watch_task(job, work))
+        self._jobs[job.id] = job
+        return job
+
+    async def _watch_task(self, job: Job, work: TaskWork) -> None:
+        try:
+            status, output = await asyncio.shield(work.done)
+        except Exception as exc:
+            status, output = "failed", str(exc)
+        finally:
+            job.done.set()
+        job.result = output
+        if job.status == "running":
+            job.status = status
+
     async def _watch(self, job: Job) -> None:
+        assert job.process is not None
         try:
             outcome = await job.process.wait(None, None)
         finally:
@@ -95,6 +130,9 @@ class JobManager:
         return job if job is not None and job.owner == owner else None
 
     def read(self, job: Job) -> str:
+        if job.process is None:
+            chunk, job.result = job.result, ""
+            return chunk
         capture = job.process.stdout_capture
         if not capture.overflowed:
             chunk, truncated, end = tail_text(capture.path, self.max_output_bytes, job.offset)
@@ -116,7 +154,10 @@ class JobManager:
             return
         job.status = "killed"
         job.kill_reason = reason
-        await job.process.stop()
+        if job.task is not None:
+            job.task.cancel(reason or "background job killed")
+        if job.process is not None:
+            await job.process.stop()
 
     async def dispose(self) -> None:
         """Kill every running job (jobs do not outlive the process that started them)."""
@@ -127,6 +168,10 @@ class JobManager:
             if job.watcher is not None:
                 job.watcher.cancel()
         self._jobs.clear()
+
+
+JOBS: ServiceKey[JobManager] = ServiceKey("jobs")
+"""The background job registry of the workspace tools (``ctx.get(JOBS)``)."""
 
 
 def _earlier_jobs(call: ToolCall) -> list[str]:
@@ -184,7 +229,10 @@ def job_tools(jobs: JobManager, *, wait_ms: int, max_wait_ms: int) -> Iterable[T
     def job_list(args: Any, call: ToolCall) -> list[Any]:
         owner = session_id(call)
         live = jobs.owned(owner)
-        lines = [f"{job.id}  bash  {job.status_line()[1:-1]}  {job.command[:80]}" for job in live]
+        lines = [
+            f"{job.id}  {job.task.kind if job.task else 'bash'}  {job.status_line()[1:-1]}  {job.command[:80]}"
+            for job in live
+        ]
         known = {job.id for job in live}
         lines += [f"{jid}  bash  status: lost" for jid in _earlier_jobs(call) if jid not in known]
         return text("\n".join(lines) if lines else "(no background jobs)")

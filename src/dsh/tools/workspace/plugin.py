@@ -20,7 +20,7 @@ from dsh.tools.workspace.approval import APPROVAL, ApprovalService
 from dsh.tools.workspace.bash import bash_tool
 from dsh.tools.workspace.config import TOOL_NAMES, Config, Shared
 from dsh.tools.workspace.fs import ReadLedger, fs_tools
-from dsh.tools.workspace.jobs import JobManager, job_tools
+from dsh.tools.workspace.jobs import JOBS, JobManager, job_tools
 from dsh.tools.workspace.rule_book import RuleBook
 from dsh.tools.workspace.search import search_tools
 from dsh.tools.workspace.spill import SpillStore
@@ -61,6 +61,7 @@ async def apply(ctx: Context, config: Config) -> None:
         ledger=ReadLedger(),
         spill=spill,
     )
+    ctx.provide(JOBS, shared.jobs)
     registry = ctx.require(TOOLS)
     ctx.defer(registry.set_approval_gate(approval))
     tools = [

@@ -7,7 +7,7 @@ each decision, so a rule removed elsewhere stops at once); the session's own rul
 ``--dangerously-skip-approvals``. Deny over ask over allow, whatever the source.
 
 :class:`Verdict` is one decision and its ``approval/decided`` event: ``outcome`` (the
-reference's values), ``by`` (``rule``, ``person``, ``mode`` or ``policy``), and for ``rule`` the
+reference's values), ``by`` (``rule``, ``person``, ``mode``, ``hook`` or ``policy``), and for ``rule`` the
 ``rule`` text and its ``source``.
 """
 
@@ -37,7 +37,7 @@ log = logging.getLogger("dsh.approval")
 
 SKIP_SOURCE: Final = "--dangerously-skip-approvals"
 SESSION_SOURCE: Final = "session"
-By: TypeAlias = Literal["rule", "person", "mode", "policy"]
+By: TypeAlias = Literal["rule", "person", "mode", "hook", "policy"]
 ApprovalOutcome: TypeAlias = Literal[
     "allowed-once", "allowed-session", "rejected", "cancelled", "unavailable"
 ]
