@@ -82,9 +82,23 @@ def _flag_rules(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def settings_rules(folder: str) -> list[dict[str, Any]]:
-    """The ``permissions`` of the user's settings and of the project's trusted settings files,
-    as ``rules`` entries (``{action, rule, source, anchor}``)."""
-    return []
+    """The ``permissions`` of the user's settings files and of the project's trusted ones
+    (:mod:`dsh.settings`; an untrusted project file gets the trust gate's one line and grants
+    nothing), as ``rules`` entries ``{action, rule, source, anchor}``: source ``user settings
+    <path>`` / ``project settings <path>``; ``/p`` paths start at the project folder for a
+    project file, at the file's folder for a user file."""
+    from pathlib import Path
+
+    from dsh.settings import load_settings
+
+    out: list[dict[str, Any]] = []
+    for entry in load_settings(Path(folder)).section("permissions"):
+        source = f"{entry.scope} settings {entry.file}"
+        anchor = folder if entry.scope == "project" else str(entry.file.parent)
+        for action in ("allow", "ask", "deny"):
+            for text in getattr(entry.value, action):
+                out.append({"action": action, "rule": text, "source": source, "anchor": anchor})
+    return out
 
 
 def workspace_overrides(args: argparse.Namespace) -> dict[str, Any]:
