@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apps.conftest import run_dsh, session_files
+from tests.apps.conftest import Interactive, run_dsh, session_files
 from tests.llm.sse_server import SSEServer
 from tests.tools.workspace.cli_support import calls, done
 
@@ -26,11 +26,15 @@ def test_compact_is_mounted_when_the_window_is_known(workdir: Path, flags: list[
     with SSEServer() as server:
         server.push(done("Hi."), done("Hi again."), done("The user said hello twice; the assistant greeted them."))
         # Two exchanges of about 10000 tokens each: the newest stays verbatim, the oldest is compacted.
-        long = "hello " * 7000
-        stdin = f"{long}\n{long}\n/compact\n"
-        result = run_dsh(["chat", "--plain", "--base-url", server.base_url, *flags], workdir, stdin=stdin)
-        assert result.returncode == 0, result.stderr
-        assert "compaction is" not in result.stdout + result.stderr
+        chat = Interactive(["chat", "--plain", "--base-url", server.base_url, *flags], workdir)
+        for n in (2, 3):
+            chat.send("hello " * 7000 + "\n")
+            chat.read_until("\n> ", count=n, timeout=60)
+        chat.send("/compact\n")
+        chat.read_until("\n> ", count=4, timeout=60)  # the compaction's one-shot turn
+        rc, out, err = chat.close()
+        assert rc == 0, err
+        assert "compaction is" not in out + err
     kinds = [e["type"] for e in _events(workdir)]
     assert "compact/summary" in kinds
 
