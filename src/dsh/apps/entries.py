@@ -91,7 +91,7 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         PluginEntry(id="echo-tool", name="echo-tool"),
         # MCP servers of the project's .mcp.json and the user's mcp.json (none: nothing mounted).
         PluginEntry(id="mcp", name="mcp", config={"discover": True}),
-        PluginEntry(id="workspace-tools", name="workspace-tools", config=_workspace_config(args, {})),
+        PluginEntry(id="workspace-tools", name="workspace-tools", config=_workspace_config(args, {}, hooks_mounted=True)),
         # Workspace snapshots before file-changing steps (dsh sessions diff / rewind, /rewind).
         PluginEntry(id="rewind", name="rewind"),
         PluginEntry(id="agent-instructions", name="agent-instructions"),
@@ -107,7 +107,7 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
     ]
 
 
-def _workspace_config(args: argparse.Namespace, config: JsonObject) -> JsonObject:
+def _workspace_config(args: argparse.Namespace, config: JsonObject, *, hooks_mounted: bool = False) -> JsonObject:
     """``--sandbox``/``--approval`` over the entry's own config (the YAML keys of the same name),
     and the permission flags' and settings files' rules (:mod:`dsh.apps.permission_flags`)."""
     out = dict(config)
@@ -115,7 +115,7 @@ def _workspace_config(args: argparse.Namespace, config: JsonObject) -> JsonObjec
         out["sandbox"] = args.sandbox
     if getattr(args, "approval", None):
         out["approval"] = args.approval
-    overrides = permission_flags.workspace_overrides(args)
+    overrides = permission_flags.workspace_overrides(args, hooks_mounted=hooks_mounted)
     rules = overrides.pop("rules", [])
     out.update(overrides)
     if rules:
@@ -224,8 +224,9 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
         config["resumeSessionId"] = args.resume
     config.update(compaction_default.app_config(args))
     patched = PluginEntry(app.id, app.name, config, app.disabled, app.line)
+    hooks = any(e.name in ("hooks", "dsh.plugins.hooks") and not e.disabled for e in entries)
     entries = [
-        PluginEntry(e.id, e.name, _workspace_config(args, dict(e.config or {})), e.disabled, e.line)
+        PluginEntry(e.id, e.name, _workspace_config(args, dict(e.config or {}), hooks_mounted=hooks), e.disabled, e.line)
         if e.name in WORKSPACE_NAMES
         else e
         for e in entries

@@ -81,18 +81,28 @@ def _flag_rules(args: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
-def settings_rules(folder: str) -> list[dict[str, Any]]:
+def settings_rules(folder: str, *, hooks_mounted: bool = False) -> list[dict[str, Any]]:
     """The ``permissions`` of the user's settings files and of the project's trusted ones
     (:mod:`dsh.settings`; an untrusted project file gets the trust gate's one line and grants
     nothing), as ``rules`` entries ``{action, rule, source, anchor}``: source ``user settings
     <path>`` / ``project settings <path>``; ``/p`` paths start at the project folder for a
-    project file, at the file's folder for a user file."""
+    project file, at the file's folder for a user file.
+
+    ``hooks_mounted``: the composition's ``hooks`` plugin reads the same files and reports an
+    untrusted or unreadable one (its one line; exit 2), so it is not reported twice here."""
     from pathlib import Path
 
+    from dsh.runtime import ConfigError
     from dsh.settings import load_settings
 
+    try:
+        settings = load_settings(Path(folder), check_trust=not hooks_mounted)
+    except ConfigError:
+        if hooks_mounted:
+            return []  # the hooks plugin fails the load with this file's line
+        raise
     out: list[dict[str, Any]] = []
-    for entry in load_settings(Path(folder)).section("permissions"):
+    for entry in settings.section("permissions"):
         source = f"{entry.scope} settings {entry.file}"
         anchor = folder if entry.scope == "project" else str(entry.file.parent)
         for action in ("allow", "ask", "deny"):
@@ -101,11 +111,11 @@ def settings_rules(folder: str) -> list[dict[str, Any]]:
     return out
 
 
-def workspace_overrides(args: argparse.Namespace) -> dict[str, Any]:
+def workspace_overrides(args: argparse.Namespace, *, hooks_mounted: bool = False) -> dict[str, Any]:
     """What the permission flags (and settings files) add to the workspace-tools config."""
     _check(args)
     out: dict[str, Any] = {}
-    rules = settings_rules(os.getcwd()) + _flag_rules(args)
+    rules = settings_rules(os.getcwd(), hooks_mounted=hooks_mounted) + _flag_rules(args)
     if rules:
         out["rules"] = rules
     if getattr(args, "full_auto", False):
