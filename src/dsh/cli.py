@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from dsh._redact import redact_urls
-from dsh.apps import mcp_cmd, pipes, session_ids
+from dsh.apps import compaction_default, mcp_cmd, permission_flags, pipes, session_ids
 from dsh.apps.entries import (
     SANDBOX_MODES,
     check_store_flags,
@@ -102,6 +102,8 @@ def _agent_options(parser: argparse.ArgumentParser) -> None:
     system.add_argument("--system-file", metavar="FILE", help="replace the default system prompt with FILE's text")
     parser.add_argument("--sandbox", choices=list(SANDBOX_MODES), help="bash/file sandbox (default: workspace-write)")
     parser.add_argument("--approval", choices=["ask", "never"], help="approval policy (default: ask)")
+    permission_flags.add_arguments(parser)
+    compaction_default.add_arguments(parser)
     parser.add_argument(
         "--time-zone", metavar="ZONE",
         help="the zone each prompt carries (UTC or an IANA Area/Location name; default: this process's zone)",
@@ -328,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return 2
         _change_folder(getattr(args, "cd", None))
+        permission_flags.announce(args)
         runner = _command(args.command)
         try:
             with _terminal_guard(args):

@@ -161,10 +161,11 @@ def test_a_corrupt_schedule_log_is_refused_at_load_and_left_untouched(workdir: P
         "turns into a new session"
     )
     assert log.read_bytes() == before
+    # Reported and skipped; nothing else failed, so both succeed.
     listed = run_dsh(["reminders", "list"], workdir)
-    assert listed.returncode == 1 and "schedule-3" in listed.stderr
+    assert listed.returncode == 0 and "schedule-3" in listed.stderr
     worker = run_dsh(["reminders", "run", "--once"], workdir)
-    assert worker.returncode == 1 and "schedule-3" in worker.stderr
+    assert worker.returncode == 0 and "schedule-3" in worker.stderr
     assert log.read_bytes() == before
     shown = run_dsh(["sessions", "show", session_id], workdir)
     assert shown.returncode == 0 and "⏰ schedule dispatched schedule-3" in shown.stdout

@@ -24,7 +24,7 @@ from dsh.apps.escape import escape_controls
 from dsh.permissions import Rule
 from dsh.plugins.subagent.lineage import label_of
 from dsh.runtime import Context
-from dsh.tools.workspace.approval import APPROVAL, Answer, ApprovalRequest
+from dsh.tools.workspace.approval import APPROVAL, Always, Answer, ApprovalRequest
 
 __all__ = ["TerminalAsker", "describe", "parse_answer", "question"]
 
@@ -94,17 +94,25 @@ def describe(request: ApprovalRequest) -> str:
     lines.append("  y) allow once")
     for key, (rule, words) in zip(_SCOPE_KEYS, request.scopes, strict=False):
         lines.append(f"  {key}) allow for this session: {shown(words)}  [{shown(str(rule))}]")
+    if _offers_project(request):
+        rule, words = request.scopes[0]
+        lines.append(f"  r) always allow in this project: {shown(words)}  [{shown(str(rule))}]")
     lines.append("  n) deny")
     return "\n".join(lines)
 
 
+def _offers_project(request: ApprovalRequest) -> bool:
+    return request.offer_project and bool(request.scopes)
+
+
 def question(request: ApprovalRequest) -> str:
     count = min(len(request.scopes), len(_SCOPE_KEYS))
+    always = " / [r] always here" if _offers_project(request) else ""
     if count == 0:
         return "allow? [y] once / [N] deny"
     if count == 1:
-        return "allow? [y] once / [s] for this session / [N] deny"
-    return "allow? [y] once / [s] or [p] for this session / [N] deny"
+        return f"allow? [y] once / [s] for this session{always} / [N] deny"
+    return f"allow? [y] once / [s] or [p] for this session{always} / [N] deny"
 
 
 def parse_answer(answer: str, request: ApprovalRequest | None = None) -> Answer:
@@ -113,6 +121,8 @@ def parse_answer(answer: str, request: ApprovalRequest | None = None) -> Answer:
     if choice in ("y", "yes", "o", "once"):
         return "allowed-once"
     scopes = request.scopes if request is not None else ()
+    if choice == "r" and request is not None and _offers_project(request):
+        return Always(scopes[0][0])
     index = {"s": 0, "session": 0, "a": 0, "always": 0, "p": 1}.get(choice)
     if index is not None and index < len(scopes):
         return scopes[index][0]
@@ -129,7 +139,12 @@ class TerminalAsker:
     async def __call__(self, request: ApprovalRequest) -> Answer:
         self._write(describe(request) + "\n")
         answer = parse_answer(await self._ask(question(request)), request)
-        shown_answer = f"allowed-session {shown(str(answer))}" if isinstance(answer, Rule) else answer
+        if isinstance(answer, Always):
+            shown_answer = f"allowed in this project {shown(str(answer.rule))}"
+        elif isinstance(answer, Rule):
+            shown_answer = f"allowed-session {shown(str(answer))}"
+        else:
+            shown_answer = answer
         self._write(f"  → {shown_answer}\n")
         return answer
 

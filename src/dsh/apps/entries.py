@@ -15,6 +15,7 @@ import argparse
 import os
 from pathlib import Path
 
+from dsh.apps import compaction_default, permission_flags
 from dsh.apps.home import default_root
 from dsh.apps.store_check import database_reason
 from dsh.compose import (
@@ -62,7 +63,9 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
     if resolved is not None:  # provider:model picks its adapter, endpoint and key variable
         llm = PluginEntry(id="llm", name=resolved.plugin, config=resolved.config)
     elif is_real_model(args):
-        llm_config: JsonObject = {"models": [model]}
+        # The endpoint named here serves whatever it serves: /model NAME and each resumed
+        # session's own model go to it, and its error says when it does not know a name.
+        llm_config: JsonObject = {"models": [model], "anyModel": True}
         if args.base_url:
             llm_config["baseURL"] = args.base_url
             if not os.environ.get("DEEPSEEK_API_KEY") and not os.environ.get("OPENAI_API_KEY"):
@@ -79,12 +82,16 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
     app.update(prompt_zone_config(getattr(args, "time_zone", None), process_default=True))
     if args.resume:
         app["resumeSessionId"] = args.resume
+    app.update(compaction_default.app_config(args))
+    compact = compaction_default.default_entry(args, model)
+    if compact is None:
+        app["compactionOff"] = compaction_default.off_reason(model)
     return [
         llm,
         PluginEntry(id="echo-tool", name="echo-tool"),
         # MCP servers of the project's .mcp.json and the user's mcp.json (none: nothing mounted).
         PluginEntry(id="mcp", name="mcp", config={"discover": True}),
-        PluginEntry(id="workspace-tools", name="workspace-tools", config=_workspace_config(args, {})),
+        PluginEntry(id="workspace-tools", name="workspace-tools", config=_workspace_config(args, {}, hooks_mounted=True)),
         # Workspace snapshots before file-changing steps (dsh sessions diff / rewind, /rewind).
         PluginEntry(id="rewind", name="rewind"),
         PluginEntry(id="agent-instructions", name="agent-instructions"),
@@ -94,18 +101,26 @@ def default_entries(args: argparse.Namespace) -> list[PluginEntry]:
         PluginEntry(id="time-context", name="time-context", config=dict(DEFAULT_TIME_CONTEXT)),
         PluginEntry(id="schedule", name="schedule"),
         PluginEntry(id="subagent", name="subagent"),
+        *([compact] if compact is not None else []),
         *_store_entries(args),
         PluginEntry(id="app", name="stdio-app", config=app),
     ]
 
 
-def _workspace_config(args: argparse.Namespace, config: JsonObject) -> JsonObject:
-    """``--sandbox``/``--approval`` over the entry's own config (the YAML keys of the same name)."""
+def _workspace_config(args: argparse.Namespace, config: JsonObject, *, hooks_mounted: bool = False) -> JsonObject:
+    """``--sandbox``/``--approval`` over the entry's own config (the YAML keys of the same name),
+    and the permission flags' and settings files' rules (:mod:`dsh.apps.permission_flags`)."""
     out = dict(config)
     if getattr(args, "sandbox", None):
         out["sandbox"] = args.sandbox
     if getattr(args, "approval", None):
         out["approval"] = args.approval
+    overrides = permission_flags.workspace_overrides(args, hooks_mounted=hooks_mounted)
+    rules = overrides.pop("rules", [])
+    out.update(overrides)
+    if rules:
+        earlier = out.get("rules")
+        out["rules"] = [*(earlier if isinstance(earlier, list) else []), *rules]
     return out
 
 
@@ -186,7 +201,7 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     # Relative paths in a config (persistenceRoot, sqlitePath, root, ...) name places next to
     # the config file, as its ``.py`` plugin names do, not next to wherever dsh was started.
     loaded = [resolve_entry_paths(e, base) for e in load_config_file(path)]
-    entries = _apply_timeout(args, loaded)
+    entries = compaction_default.apply_flags(args, _apply_timeout(args, loaded))
     if args.base_url:
         # The composition's model plugin has its own endpoint; quietly keeping it would be a lie.
         raise UsageError("--base-url only applies without --config; set baseURL in the config's openai-llm entry")
@@ -207,9 +222,11 @@ def composition(args: argparse.Namespace) -> tuple[list[PluginEntry], Path | Non
     config.update(prompt_zone_config(getattr(args, "time_zone", None), process_default=False))
     if args.resume:
         config["resumeSessionId"] = args.resume
+    config.update(compaction_default.app_config(args))
     patched = PluginEntry(app.id, app.name, config, app.disabled, app.line)
+    hooks = any(e.name in ("hooks", "dsh.plugins.hooks") and not e.disabled for e in entries)
     entries = [
-        PluginEntry(e.id, e.name, _workspace_config(args, dict(e.config or {})), e.disabled, e.line)
+        PluginEntry(e.id, e.name, _workspace_config(args, dict(e.config or {}), hooks_mounted=hooks), e.disabled, e.line)
         if e.name in WORKSPACE_NAMES
         else e
         for e in entries

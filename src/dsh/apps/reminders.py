@@ -12,7 +12,12 @@ Owns the ``reminders`` command line:
   reminder turns with the session's model and tools, flushes, and releases it. It works in each
   session's recorded folder, and only when that folder exists and can be a workspace
   (:mod:`dsh.apps.workspace_choice`); a session that records none works in the worker's own
-  folder under the same rule; any other session is reported and left due.
+  folder under the same rule; any other session is reported and left due. With ``--base-url``
+  and no ``--model`` each session's own recorded model is served from that endpoint.
+
+A session that cannot be read (a corrupt log) is skipped with one warning naming its file, once
+per worker (not once per poll), and shown as ``corrupt`` by ``list``; both exit 0 when
+everything else succeeded.
 
 Claiming is the store's writer lock: resuming takes it, so a session open in ``dsh chat`` (whose
 own process delivers) or being served by another worker is skipped, and with PostgreSQL several
@@ -43,7 +48,7 @@ from dsh.apps.escape import escape_controls
 from dsh.apps.store_check import unwritable_reason
 from dsh.compose import choose_store
 from dsh.errors import UsageError
-from dsh.persistence.base import SESSION_STORE, SessionLocked, SessionStore, StoreError
+from dsh.persistence.base import SESSION_STORE, SessionInfo, SessionLocked, SessionStore, StoreError
 from dsh.runtime import Context
 from dsh.runtime.loader import PluginEntry, load_plugins
 
@@ -82,6 +87,9 @@ def add_parser(commands: Subcommands, store_options: Callable[[argparse.Argument
     run.add_argument("--poll", type=float, default=DEFAULT_POLL_S, metavar="SECONDS", help="how often to look for new reminders")
     run.add_argument("--model", help="model name (default: each session's own model)")
     run.add_argument("--base-url", help="any OpenAI-compatible endpoint")
+    from dsh.apps import permission_flags
+
+    permission_flags.add_arguments(run)
     for sub_parser in (listing, run):
         store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs on stderr")
@@ -135,8 +143,15 @@ class Row:
     state: str
 
 
+def skipped(info: SessionInfo, exc: Exception) -> str:
+    """The one warning for a session that cannot be read: it names the file."""
+    where = f" ({escape_controls(info.location)})" if info.location else ""
+    return f"skipped session {escape_controls(info.id)}{where}: {escape_controls(str(exc))}"
+
+
 async def collect(store: SessionStore, now: int) -> tuple[list[Row], list[str]]:
-    """Every active reminder in the store, and one problem line per unreadable session."""
+    """Every active reminder in the store, and one problem line per unreadable session (it is
+    skipped; the others are listed)."""
     from dsh.plugins.schedule.fold import ScheduleLogError, fold, seed_length
 
     rows: list[Row] = []
@@ -146,7 +161,8 @@ async def collect(store: SessionStore, now: int) -> tuple[list[Row], list[str]]:
             stored = await store.read(info.id)
             state = fold(stored.events, seed_length(stored.header))
         except (StoreError, ScheduleLogError) as exc:
-            problems.append(f"session {info.id}: {exc}")
+            problems.append(skipped(info, exc))
+            rows.append(Row(info.id, "-", "-", "", 0, "corrupt"))
             continue
         for record in state.active.values():
             rows.append(
@@ -168,18 +184,24 @@ async def list_reminders(args: argparse.Namespace, host: CliHost) -> int:
     zone, zone_name = resolve_zone(None)
     if args.json:
         for row in rows:
+            if row.state == "corrupt":
+                print(json.dumps({"session": row.session, "state": "corrupt"}))
+                continue
             print(json.dumps({"session": row.session, "id": row.id, "kind": row.kind, "prompt": row.prompt,
                               "due": format_timestamp(row.due, zone, zone_name), "dueMs": row.due,
                               "state": row.state}, ensure_ascii=False))
     elif rows:
         for row in rows:
+            if row.state == "corrupt":
+                print(f"{row.session}  corrupt (skipped; see the warning)")
+                continue
             print(f"{row.session}  {row.id}  {format_timestamp(row.due, zone, zone_name)}  {row.state}  "
                   f"{row.kind}  {json.dumps(row.prompt, ensure_ascii=False)}")
     else:
         print("no active reminders", file=sys.stderr)
     for problem in problems:
         print(f"dsh: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    return 0  # an unreadable session is reported (a "corrupt" row and a warning), not a failure
 
 
 # -- run -------------------------------------------------------------------------------------
@@ -254,8 +276,9 @@ def _workspace_problem(cwd: object) -> str | None:
     return None
 
 
-async def sweep(ctx: Context, model: str | None, default_model: str) -> Pass:
-    """One pass over the store: serve every session with a due reminder."""
+async def sweep(ctx: Context, model: str | None, default_model: str, warned: set[str] | None = None) -> Pass:
+    """One pass over the store: serve every session with a due reminder. A session that cannot
+    be read is skipped, with one warning per worker (``warned``: the sessions already named)."""
     from dsh.plugins.schedule.fold import ScheduleLogError, Wait, decide, fold, seed_length
 
     store = ctx.require(SESSION_STORE)
@@ -265,8 +288,11 @@ async def sweep(ctx: Context, model: str | None, default_model: str) -> Pass:
             stored = await store.read(info.id)
             decision = decide(fold(stored.events, seed_length(stored.header)), _clock.now_ms())
         except (StoreError, ScheduleLogError) as exc:
-            result.failed += 1
-            print(f"dsh: session {info.id}: {exc}", file=sys.stderr)
+            result.skipped += 1
+            if warned is None or info.id not in warned:
+                print(f"dsh: {skipped(info, exc)}", file=sys.stderr, flush=True)
+                if warned is not None:
+                    warned.add(info.id)
             continue
         if isinstance(decision, Wait):
             result.wake_at(decision.until)
@@ -290,10 +316,11 @@ async def run_worker(args: argparse.Namespace, host: CliHost) -> int:
             loop.add_signal_handler(signum, stop.set)
             installed.append(signum)
     failed = 0
+    warned: set[str] = set()
     try:
         await mount_worker(ctx, args, host)
         while not stop.is_set():
-            result = await sweep(ctx, args.model, host.default_model)
+            result = await sweep(ctx, args.model, host.default_model, warned)
             failed += result.failed
             if args.once:
                 break

@@ -269,6 +269,12 @@ def _timeline_entry(event: Event, names: dict[str, str] | None = None) -> str | 
         flag = "error" if data.get("isError") else "result"
         name = (names or {}).get(str(data.get("callId")))
         return f"{at}  ← {flag:<8} {tool_view.render_result(name, _text(data.get('content')))}"
+    if kind == "approval/asked" and names is not None:
+        names[f"approval:{data.get('id')}"] = str(data.get("toolName"))
+        return None
+    if kind == "approval/decided":
+        tool = (names or {}).get(f"approval:{data.get('id')}")
+        return f"{at}  approval   {approval_line(data, tool)}"
     if kind == "compact/summary":
         seqs = data.get("shadowedSeqs") or []
         return f"{at}  ▣ compacted {len(seqs)} surface nodes ({data.get('shadowedTokenCount')} tokens) with {data.get('model')}"
@@ -282,6 +288,25 @@ def _timeline_entry(event: Event, names: dict[str, str] | None = None) -> str | 
         hooked = hook_entry(kind, data, names)
         return f"{at}  {hooked}" if hooked is not None else None
     return None
+
+
+def approval_line(data: dict[str, Any], tool: str | None) -> str:
+    """``bash: allowed-once by rule Bash(npm test:*) (--allow)``; ``… by a person``."""
+    outcome = data.get("outcome")
+    by = data.get("by")
+    if by == "rule":
+        how = f" by rule {data.get('rule')} ({data.get('source')})"
+    elif by == "person":
+        how = " by a person"
+        if data.get("scope"):
+            how += f", for this session: {data.get('scope')}"
+        if data.get("projectRule"):
+            how += f", always in this project: {data.get('projectRule')}"
+    elif by == "mode":
+        how = f" by {data.get('source')}"
+    else:
+        how = ""
+    return f"{tool + ': ' if tool else ''}{outcome}{how}"
 
 
 def _event_line(event: Event) -> str:

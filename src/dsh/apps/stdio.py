@@ -73,6 +73,8 @@ class Config(msgspec.Struct, rename="camel"):
     system_prompt: str | None = None
     # The zone every prompt carries in its source (UTC or an IANA Area/Location name); none when unset.
     time_zone: str | None = None
+    # What /compact says when no compaction is mounted (the default composition: why it is off).
+    compaction_off: str | None = None
 
 
 def _tool_result_text(data: Mapping[str, Any]) -> str:
@@ -211,7 +213,7 @@ class StdioApp:
 
             compact = self.ctx.get(COMPACT)
             if compact is None:
-                return "compaction is not mounted (add the compact plugin to your config)"
+                return self.config.compaction_off or "compaction is not mounted (add the compact plugin to your config)"
             self.submitted = True
             asyncio.get_running_loop().create_task(self._compact_now(compact))
             return None

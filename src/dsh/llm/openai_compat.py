@@ -42,6 +42,7 @@ from dsh.llm.openai_config import (
 from dsh.llm.openai_errors import ErrorMapper
 from dsh.llm.openai_request import build_messages, build_tools, request_kwargs
 from dsh.llm.openai_stream import Translator, map_finish_reason, map_usage
+from dsh.llm.service import LLM
 from dsh.llm.types import LlmRequest, StreamChunk
 
 if TYPE_CHECKING:
@@ -159,4 +160,7 @@ def apply(ctx: Context, config: Config | Mapping[str, object] | None = None) -> 
     """Register the adapter for ``config.models``; unregistered and closed with the plugin."""
     cfg = _config(config)
     register_secret_env(key_env(cfg, KEY_ENV))  # never passed to commands the model runs
-    mount(ctx, cfg.models, create_adapter(cfg))
+    adapter = create_adapter(cfg)
+    mount(ctx, cfg.models, adapter)
+    if cfg.any_model:
+        ctx.defer(ctx.require(LLM).set_fallback(adapter))

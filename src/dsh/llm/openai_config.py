@@ -44,6 +44,7 @@ class Config(
         "max_retries": "maxRetries",
         "timeout_seconds": "timeoutSeconds",
         "extra_body": "extraBody",
+        "any_model": "anyModel",
     },
 ):
     """Plugin config (YAML keys in camelCase; ``baseURL`` as spelled by the reference)."""
@@ -57,6 +58,9 @@ class Config(
     max_retries: Annotated[int, msgspec.Meta(ge=0)] = 2
     timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] | None = None
     extra_body: dict[str, object] | None = None
+    # Also serve any other model name (the endpoint says when it does not know one): what an
+    # OpenAI-compatible server or the DeepSeek endpoint named on the command line is.
+    any_model: bool = False
 
     def __repr__(self) -> str:  # the key must not reach logs through a config dump
         return common.config_repr(self)

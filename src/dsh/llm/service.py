@@ -6,6 +6,8 @@ This module owns :class:`LlmService` and the plugin (``name = "llm"``) that prov
 - ``register_adapter(models, adapter) -> unregister``; a model already served raises
   ``LlmError(code="DUPLICATE_ADAPTER")`` and registers nothing;
 - ``has_model(model)``, ``models()``;
+- ``set_fallback(adapter) -> remove``: the adapter of every model no other serves (an endpoint
+  that serves any name: ``anyModel`` of ``openai-llm``);
 - ``stream(request)``: an async iterator of the adapter's chunks, routed by ``request.model``
   through the ``llm/stream`` waterfall (:data:`dsh.llm.hooks.STREAM`, ``listener(request, next)``; ``next()`` returns the chunk
   iterator of the rest of the chain, ending in the adapter). A model nobody serves raises
@@ -39,6 +41,7 @@ class LlmService:
     def __init__(self, ctx: Context | None = None) -> None:
         self._ctx = ctx
         self._adapters: dict[str, Adapter] = {}
+        self._fallback: Adapter | None = None
 
     # ------------------------------------------------------------------ registry
 
@@ -71,9 +74,19 @@ class LlmService:
 
         return unregister
 
+    def set_fallback(self, adapter: Adapter) -> Callable[[], None]:
+        """Serve every model no registered adapter serves with ``adapter``."""
+        self._fallback = adapter
+
+        def remove() -> None:
+            if self._fallback is adapter:
+                self._fallback = None
+
+        return remove
+
     def has_model(self, model: str) -> bool:
         """Whether some adapter serves ``model``."""
-        return model in self._adapters
+        return model in self._adapters or (self._fallback is not None and bool(model))
 
     def models(self) -> list[str]:
         """The served model names, in registration order."""
@@ -81,7 +94,7 @@ class LlmService:
 
     def adapter_for(self, model: str) -> Adapter:
         """The adapter serving ``model``; raises ``LlmError(code="NO_ADAPTER")``."""
-        adapter = self._adapters.get(model)
+        adapter = self._adapters.get(model) or (self._fallback if model else None)
         if adapter is None:
             raise LlmError(f'no adapter registered for model "{model}"', code="NO_ADAPTER")
         return adapter

@@ -30,11 +30,13 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
+    "ALIASES",
     "PATH_TOOLS",
     "SHELL_META",
     "Rule",
     "RuleError",
     "has_shell_meta",
+    "is_wildcard",
     "literal_path",
     "parse_rule",
 ]
@@ -47,13 +49,19 @@ _COVERS: Final[dict[str, frozenset[str]]] = {
     "Read": frozenset({"read"}),
 }
 PATH_TOOLS: Final = frozenset({"Edit", "Write", "Read"})
+# Other spellings a rule may use for a tool: dsh's own (lower-case) names of the specifier
+# tools, and Claude Code's names of the tools dsh names differently. Printed canonically.
+ALIASES: Final[dict[str, str]] = {
+    "bash": "Bash", "edit": "Edit", "write": "Write", "read": "Read",
+    "Glob": "glob", "Grep": "grep", "TodoWrite": "todo_write",
+}
 
 # What lets one command line run more than the command it starts with: control operators
 # (; & | and newlines), substitutions ($ and backquotes, <( >( ), redirections (< >), subshells
 # and grouping. A prefix rule refuses any command holding one of them.
 SHELL_META: Final = frozenset(";&|`$<>(){}\n\r\x00")
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]*")
+_NAME = re.compile(r"[A-Za-z_*][A-Za-z0-9_.:*-]*")
 
 
 class RuleError(ValueError):
@@ -118,7 +126,15 @@ class Rule:
         return f"{self.tool}({spec})"
 
     def covers(self, tool_name: str) -> bool:
-        return tool_name in _COVERS.get(self.tool, frozenset({self.tool}))
+        covered = _COVERS.get(self.tool)
+        if covered is not None:
+            return tool_name in covered
+        if "*" in self.tool:
+            # a name glob (``mcp__github__*``): * matches any run of characters
+            return re.fullmatch(".*".join(map(re.escape, self.tool.split("*"))), tool_name) is not None
+        if self.tool.startswith("mcp__") and self.tool.count("__") == 1:
+            return tool_name.startswith(self.tool + "__")  # ``mcp__server``: all its tools
+        return tool_name == self.tool
 
     def matches(self, tool_name: str, subject: str | None = None) -> bool:
         """Whether a call of ``tool_name`` on ``subject`` (the command, or the resolved
@@ -159,13 +175,18 @@ def _path_pattern(spec: str, tool: str, base: str | None, home: str | None) -> s
     return pattern
 
 
-def parse_rule(text: str, *, base: str | None = None, home: str | None = None) -> Rule:
-    """Parse one rule. ``base`` is the folder relative path patterns start from (the settings
-    file's folder); without it only ``//abs`` and ``~/`` paths parse."""
+def parse_rule(
+    text: str, *, base: str | None = None, home: str | None = None, anchor: str | None = None
+) -> Rule:
+    """Parse one rule. ``base`` is the folder relative path patterns (``p``, ``./p``) start from
+    (the workspace), ``anchor`` the one ``/p`` starts from (the settings file's folder; default
+    ``base``); without them only ``//abs`` and ``~/`` paths parse. Tool names may be Claude
+    Code's (``Bash``) or dsh's (``bash``)."""
     text = text.strip()
     name, paren, rest = text.partition("(")
     if not _NAME.fullmatch(name):
         raise RuleError(f'"{text}" is not a permission rule (expected Tool or Tool(specifier))')
+    name = ALIASES.get(name, name)
     if not paren:
         return Rule(name)
     if not rest.endswith(")"):
@@ -185,5 +206,12 @@ def parse_rule(text: str, *, base: str | None = None, home: str | None = None) -
     if name in PATH_TOOLS:
         if not spec:
             return Rule(name)
+        if spec.startswith("/") and not spec.startswith("//") and anchor is not None:
+            return Rule(name, _path_pattern("." + spec, name, anchor, home))
         return Rule(name, _path_pattern(spec, name, base, home))
     raise RuleError(f'"{text}": only Bash, Edit, Write and Read rules take a specifier')
+
+
+def is_wildcard(rule: Rule) -> bool:
+    """Whether ``rule`` names tools by a glob (``mcp__github__*``) or a server (``mcp__github``)."""
+    return "*" in rule.tool or (rule.tool.startswith("mcp__") and rule.tool.count("__") == 1)

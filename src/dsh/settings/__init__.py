@@ -6,6 +6,7 @@ in force only once trusted. See ``README.md`` in this folder."""
 # The sections dsh reads register here, before any file is read: a project file is judged by
 # every section it has (a section plugs in by adding its module and importing it here).
 from dsh.settings import hooks as _hooks  # noqa: F401
+from dsh.settings import permissions as _permissions  # noqa: F401
 from dsh.settings.files import (
     KIND,
     PROJECT_FILES,

@@ -83,7 +83,7 @@ async def test_workspace_tools_and_permissions(tmp_path: Path) -> None:
             assert r2.stop_reason == "end_turn", stderr_of(log)
             assert len(rec.asked) == 3
             asked = rec.asked[0]
-            assert [o.kind for o in asked.options] == ["allow_once", "allow_always", "reject_once"]
+            assert [o.kind for o in asked.options] == ["allow_once", "allow_always", "reject_once", "reject_always"]
             assert asked.tool_call.tool_call_id == "call_4" and asked.tool_call.kind == "edit"
             assert asked.tool_call.content[0].path == str(outside_ok)
             assert outside_ok.read_text() == "allowed\n"

@@ -121,9 +121,11 @@ def test_session_write_rule_is_the_path_shown(tmp_path: Path, outside: Path) -> 
         assert term.wait() == 0
     assert notes.read_text() == "two\n" and not evil.exists()
     assert _decided(workdir) == [
-        {"id": _decided(workdir)[0]["id"], "outcome": "allowed-session", "scope": f"Write(/{notes})"},
-        {"id": _decided(workdir)[1]["id"], "outcome": "allowed-session", "scope": f"Write(/{notes})"},
-        {"id": _decided(workdir)[2]["id"], "outcome": "rejected"},
+        {"id": _decided(workdir)[0]["id"], "outcome": "allowed-session", "by": "person", "scope": f"Write(/{notes})"},
+        # the session rule decided the second write: it names itself and its source
+        {"id": _decided(workdir)[1]["id"], "outcome": "allowed-session", "by": "rule", "scope": f"Write(/{notes})",
+         "rule": f"Write(/{notes})", "source": "session"},
+        {"id": _decided(workdir)[2]["id"], "outcome": "rejected", "by": "person"},
     ]
 
 

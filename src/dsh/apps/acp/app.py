@@ -40,7 +40,7 @@ ACP_APP: ServiceKey[Config] = ServiceKey("acp_app")
 """The ``acp-app`` entry's config, for ``dsh acp`` to serve with (``ctx.get(ACP_APP)``)."""
 
 # stdio-app keys that mean nothing without a terminal or a single agent.
-STDIO_ONLY = frozenset({"welcome", "plain", "historyFile", "resumeSessionId"})
+STDIO_ONLY = frozenset({"welcome", "plain", "historyFile", "resumeSessionId", "compactionOff"})
 
 
 async def apply(ctx: Context, config: Config) -> None:

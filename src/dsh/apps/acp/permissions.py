@@ -1,10 +1,11 @@
 """dsh approval requests as ACP ``session/request_permission`` calls to the client.
 
 :class:`ClientAsker` is an approval asker (the interface ``APPROVAL``'s ``set_asker`` takes): it
-puts each request to the client of the request's session with three options, allow once
-(``allowed-once``), allow always (``allowed-session``: for the rest of the session, the
-narrowest scope of the call: the exact command, the exact path, or the tool) and
-reject (``rejected``). It fails closed: a client that answers ``cancelled`` gives ``cancelled``; an
+puts each request to the client of the request's session with four options, allow once
+(``allowed-once``), allow always (``allowed-session``: a session allow rule of the narrowest
+scope of the call: the exact command, the exact path, or the tool), reject (``rejected``) and
+reject always (``rejected`` and a session deny rule of the same scope, logged as ``scope`` and
+folded back on resume). Rules from flags and settings files decide before the client is asked. It fails closed: a client that answers ``cancelled`` gives ``cancelled``; an
 error response, a lost connection, an unknown option or no answer within ``timeout`` seconds gives
 ``unavailable``; a turn cancelled while the question is open gives ``cancelled`` at once. In every
 refused case the tool does not run.
@@ -21,7 +22,7 @@ from acp import schema
 
 from dsh.apps.acp.mapping import tool_call_content, tool_kind, tool_title
 from dsh.plugins.subagent.lineage import delegation_root, label_of
-from dsh.tools.workspace.approval import ApprovalOutcome, ApprovalRequest
+from dsh.tools.workspace.approval import Always, Answer, ApprovalOutcome, ApprovalRequest
 
 __all__ = ["OPTIONS", "ClientAsker"]
 
@@ -31,12 +32,21 @@ OPTIONS = [
     schema.PermissionOption(option_id="allow-once", name="Allow once", kind="allow_once"),
     schema.PermissionOption(option_id="allow-always", name="Allow always", kind="allow_always"),
     schema.PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+    schema.PermissionOption(option_id="reject-always", name="Reject always", kind="reject_always"),
 ]
 _OUTCOMES: dict[str, ApprovalOutcome] = {
     "allow-once": "allowed-once",
     "allow-always": "allowed-session",
     "reject": "rejected",
 }
+
+
+def _answer(option_id: str, request: ApprovalRequest) -> Answer:
+    """The client's option as an answer: allow always is a session allow rule, reject always a
+    session deny rule, each of the narrowest scope (the exact command or path, or the tool)."""
+    if option_id == "reject-always":
+        return Always(request.scopes[0][0], deny=True) if request.scopes else "rejected"
+    return _OUTCOMES.get(option_id, "unavailable")
 
 
 class _Requester(Protocol):
@@ -59,7 +69,7 @@ class ClientAsker:
         self._session_of = session_of
         self.timeout = timeout
 
-    async def __call__(self, request: ApprovalRequest) -> ApprovalOutcome:
+    async def __call__(self, request: ApprovalRequest) -> Answer:
         # A subagent's question is asked in the session of the agent it works for, on that
         # agent's subagent call, labelled with the child's name.
         root, root_call = delegation_root(request.agent)
@@ -112,5 +122,5 @@ class ClientAsker:
             return "unavailable"
         outcome = response.outcome
         if isinstance(outcome, schema.AllowedOutcome):
-            return _OUTCOMES.get(outcome.option_id, "unavailable")
+            return _answer(outcome.option_id, request)
         return "cancelled"

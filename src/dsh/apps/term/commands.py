@@ -1,7 +1,8 @@
 """Slash commands of terminal mode, and their completion.
 
 ``/help``, ``/exit`` (``/quit``), ``/compact``, ``/model NAME``, ``/clear``, ``/resume [N|ID]``,
-``/usage``, ``/hooks``, ``/skills``, ``/rewind`` (:mod:`dsh.apps.term.rewind_command`). An unknown ``/x`` is an error line and never reaches the model; a line starting with
+``/usage``, ``/hooks``, ``/skills``, ``/rewind`` (:mod:`dsh.apps.term.rewind_command`),
+``/permissions [rm N]``. An unknown ``/x`` is an error line and never reaches the model; a line starting with
 ``//`` is sent with one slash removed.
 """
 
@@ -34,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "/rewind": "/rewind: list the turns; /rewind N: restore files and/or conversation to before turn N",
     "/hooks": "the hooks in force and the file each came from",
     "/skills": "the skills the model can load, and where each came from",
+    "/permissions": "/permissions: the rules in force and their sources; /permissions rm N: remove one",
 }
 
 
@@ -132,6 +134,10 @@ async def run(ui: UI, line: str) -> None:
 
         for text in listing(app.ctx, command[1:], app.agent):
             ui.say(f"  {escape_controls(text)}")
+    elif command == "/permissions":
+        from dsh.apps.term import permissions_cmd
+
+        permissions_cmd.run(ui, arg)
     else:
         ui.error(f"unknown command {escape_controls(command)} (try /help; start a line with // to send it as text)")
 

@@ -15,9 +15,16 @@ recorded as ``approval/decided`` ``scope`` (``Bash(npm test:*)``) and folded bac
 on resume; an ``allowed-session`` without a readable ``scope`` (older logs) folds to nothing. The effective policy is told to the model once per session, in the reference's wording,
 as an append-only raw ``context/message`` framed in ``<system-reminder>``; a later policy change appends a new notice.
 
+Permission rules (:class:`~dsh.tools.workspace.rule_book.RuleBook`: allow/ask/deny lists from
+flags and settings files, "always allow in this project", the session's own rules,
+``--dangerously-skip-approvals``) decide before anyone is asked, deny over ask over allow; each
+decision records who made it (``by``) and, for a rule, the rule and its ``source``. An
+:class:`Always` answer is "always allow in this project" or (ACP) "reject always".
+
 The tool registry calls :meth:`ApprovalService.authorize` for every tool with
-``Tool.needs_approval`` (an untrusted MCP server's tools, say) or listed in ``approvalRequired``;
-the workspace tools call :meth:`ApprovalService.request` for their own per-call conditions.
+``Tool.needs_approval`` (an untrusted MCP server's tools, say) or listed in ``approvalRequired``,
+and for every tool a deny or ask rule could cover; the workspace tools call
+:meth:`ApprovalService.check` for their own per-call conditions.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from dsh.permissions import Rule, RuleError, parse_rule, session_scopes
+from dsh.permissions.policy import Decision
 from dsh.permissions.scopes import Scope
 from dsh.runtime.abort import AbortSignal
 from dsh.runtime.keys import ServiceKey
@@ -36,11 +44,20 @@ from dsh.session.vocab import JsonObject
 from dsh.tools.interception import preapproved
 from dsh.tools.types import Tool, ToolCall
 from dsh.tools.workspace._common import resolve_path, workspace_root
+from dsh.tools.workspace.rule_book import (
+    SESSION_SOURCE,
+    SKIP_SOURCE,
+    Always,
+    ApprovalOutcome,
+    RuleBook,
+    Verdict,
+)
 
 __all__ = [
     "APPROVAL",
     "ASK_SENTENCE",
     "NEVER_SENTENCE",
+    "Always",
     "Answer",
     "ApprovalOutcome",
     "ApprovalPolicy",
@@ -50,9 +67,6 @@ __all__ = [
 ]
 
 ApprovalPolicy: TypeAlias = Literal["ask", "never"]
-ApprovalOutcome: TypeAlias = Literal[
-    "allowed-once", "allowed-session", "rejected", "cancelled", "unavailable"
-]
 OUTCOMES: Final = frozenset({"allowed-once", "allowed-session", "rejected", "cancelled", "unavailable"})
 
 ASK_SENTENCE: Final = (
@@ -80,11 +94,16 @@ class ApprovalRequest:
     subject: str | None = None
     # What "allow for this session" may cover, narrowest first (rule, the sentence shown).
     scopes: tuple[Scope, ...] = ()
+    # The workspace (project folder) of the call: where "always allow in this project" applies.
+    workspace: str | None = None
+    # Whether "always allow in this project" may be offered (project rules are on).
+    offer_project: bool = False
 
 
-Answer: TypeAlias = ApprovalOutcome | Rule
-"""An asker's answer: an outcome, or one of the request's scope rules (allowed for the session).
-A plain ``allowed-session`` means the narrowest scope."""
+Answer: TypeAlias = ApprovalOutcome | Rule | Always
+"""An asker's answer: an outcome, one of the request's scope rules (allowed for the session), or
+:class:`Always` of one (allowed in this project from now on). A plain ``allowed-session`` means
+the narrowest scope."""
 
 
 class Asker(Protocol):
@@ -100,14 +119,18 @@ def _has_open_turn(session: object) -> bool:
 @dataclass
 class _SessionState:
     allowed: list[Rule] = field(default_factory=list)
+    denied: list[Rule] = field(default_factory=list)
     notice: str | None = None
+    # Calls a person already allowed at the registry gate (an ask rule): not asked twice.
+    approved_calls: set[str] = field(default_factory=set)
 
     def allow(self, rule: Rule) -> None:
         if rule not in self.allowed:
             self.allowed.append(rule)
 
-    def rule_for(self, req: ApprovalRequest) -> Rule | None:
-        return next((r for r in self.allowed if r.matches(req.tool_name, req.subject)), None)
+    def deny(self, rule: Rule) -> None:
+        if rule not in self.denied:
+            self.denied.append(rule)
 
 
 def _folded_rule(scope: object) -> Rule | None:
@@ -138,6 +161,13 @@ def _subject_of(tool_name: str, call: ToolCall) -> str | None:
     return None
 
 
+def _workspace_of(call: ToolCall) -> str | None:
+    try:
+        return str(workspace_root(call))
+    except Exception:
+        return None
+
+
 def refusal_text(tool_name: str, outcome: str) -> str:
     """The model-visible error for a refused call (the call did not run)."""
     if outcome == "rejected":
@@ -153,11 +183,18 @@ def refusal_text(tool_name: str, outcome: str) -> str:
 class ApprovalService:
     """The approval service (``APPROVAL``): policy, audit, session rules and the asker seam."""
 
-    def __init__(self, policy: ApprovalPolicy = "ask", required: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        policy: ApprovalPolicy = "ask",
+        required: Iterable[str] = (),
+        *,
+        book: RuleBook | None = None,
+    ) -> None:
         if policy not in ("ask", "never"):
             raise ValueError(f'approval policy must be "ask" or "never", got "{policy}"')
         self.policy: ApprovalPolicy = policy
         self.required = frozenset(required)
+        self.book = book if book is not None else RuleBook()
         self._asker: Asker | None = None
         self._sessions: dict[str, _SessionState] = {}
 
@@ -193,6 +230,12 @@ class ApprovalService:
                     rule = _folded_rule(event.data.get("scope"))
                     if rule is not None:
                         state.allow(rule)
+                elif event.type == "approval/decided" and event.data.get("outcome") == "rejected":
+                    # a "reject always" answer: a session deny rule (its scope)
+                    rule = _folded_rule(event.data.get("scope"))
+                    if rule is not None:
+                        state.deny(rule)
+                        self.book.session_denies = True
                 elif event.type == "context/message" and event.data.get("source") == SOURCE:
                     content = event.data.get("content") or []
                     framed = "".join(b.get("text", "") for b in content if isinstance(b, dict))
@@ -200,7 +243,32 @@ class ApprovalService:
         return state
 
     def requires(self, tool: Tool) -> bool:
-        return tool.needs_approval or tool.name in self.required
+        """Whether the registry's gate must see calls of ``tool``: it needs approval, or a deny
+        or ask rule could cover it."""
+        return tool.needs_approval or tool.name in self.required or self.book.may_restrict(tool.name)
+
+    def session_rules(self, session: object) -> tuple[list[Rule], list[Rule]]:
+        """The session's own (allowed, denied) rules, for ``/permissions``."""
+        state = self._state(session)
+        return state.allowed, state.denied
+
+    def rules_in_force(self, session: object, workspace: str) -> list[Decision]:
+        """Every rule that applies to ``session`` in ``workspace``, with its source (for
+        ``/permissions``)."""
+        state = self._state(session)
+        return self.book.in_force(workspace, state.allowed, state.denied)
+
+    def forget(self, session: object, workspace: str, decision: Decision) -> bool:
+        """Remove one rule: a session rule from the session (for this process; a resume folds
+        the log's answers back), a project rule from the dsh home, another for this process."""
+        if decision.source == SESSION_SOURCE:
+            state = self._state(session)
+            for rules in (state.allowed, state.denied):
+                if decision.rule in rules:
+                    rules.remove(decision.rule)
+                    return True
+            return False
+        return self.book.forget(decision, workspace)
 
     # -- asking -----------------------------------------------------------------------------
 
@@ -217,53 +285,96 @@ class ApprovalService:
         if req.reason:
             asked["reason"] = req.reason
         session.append("approval/asked", asked)
-        outcome, rule = await self._decide(req, state)
-        decided: JsonObject = {"id": request_id, "outcome": outcome}
-        if outcome == "allowed-session" and rule is not None:
-            state.allow(rule)
-            decided["scope"] = str(rule)
-        session.append("approval/decided", decided)
-        return outcome
+        verdict = await self._decide(req, state)
+        if verdict.by == "person" and verdict.outcome == "rejected" and verdict.scope is not None:
+            state.deny(verdict.scope)  # "reject always": a session deny rule
+            self.book.session_denies = True
+        elif verdict.outcome == "allowed-session" and verdict.scope is not None:
+            state.allow(verdict.scope)
+        if verdict.project_rule is not None and req.workspace is not None:
+            self.book.remember(req.workspace, verdict.project_rule)
+        session.append("approval/decided", verdict.event(request_id))
+        return verdict.outcome
 
-    async def _decide(self, req: ApprovalRequest, state: _SessionState) -> tuple[ApprovalOutcome, Rule | None]:
+    async def _decide(self, req: ApprovalRequest, state: _SessionState) -> Verdict:
         if req.signal is not None and req.signal.aborted:
-            return "cancelled", None
+            return Verdict("cancelled", "policy")
+        ruled = self.book.decide(req.tool_name, req.subject, req.workspace, state.allowed, state.denied)
+        if ruled is not None and ruled.action == "deny":
+            return Verdict("rejected", "rule", decision=ruled)
+        if ruled is not None and ruled.action == "allow":
+            if ruled.source == "session":
+                return Verdict("allowed-session", "rule", scope=ruled.rule, decision=ruled)
+            return Verdict("allowed-once", "rule", decision=ruled)
+        if self.book.skip_approvals:
+            return Verdict("allowed-once", "mode", source=SKIP_SOURCE)
         if self.policy == "never":
-            return "rejected", None
-        rule = state.rule_for(req)
-        if rule is not None:
-            return "allowed-session", rule
+            return Verdict("rejected", "policy")
         if preapproved():  # a PreToolUse hook allowed this call: it counts as a rule
-            return "allowed-once", None
+            return Verdict("allowed-once", "hook", source="PreToolUse hook")
+        return await self._ask_person(req)
+
+    async def _ask_person(self, req: ApprovalRequest) -> Verdict:
         asker = self._asker
         if asker is None:
-            return "unavailable", None
+            return Verdict("unavailable", "policy")
         try:
             answer = asker(req)
             if inspect.isawaitable(answer):
                 answer = await answer
         except Exception:
-            return "unavailable", None  # a broken answerer fails the question closed
+            return Verdict("unavailable", "policy")  # a broken answerer fails the question closed
         if req.signal is not None and req.signal.aborted:
-            return "cancelled", None
+            return Verdict("cancelled", "policy")
         offered = [scope for scope, _ in req.scopes]
+        if isinstance(answer, Always):
+            if answer.rule not in offered:
+                return Verdict("unavailable", "policy")
+            if answer.deny:
+                return Verdict("rejected", "person", scope=answer.rule)
+            return Verdict("allowed-once", "person", project_rule=answer.rule)
         if isinstance(answer, Rule):
             # Only a scope the person was shown can be granted.
-            return ("allowed-session", answer) if answer in offered else ("unavailable", None)
+            if answer in offered:
+                return Verdict("allowed-session", "person", scope=answer)
+            return Verdict("unavailable", "policy")
         if answer == "allowed-session":
             # The narrowest scope shown; with none to offer, this one call only.
-            return ("allowed-session", offered[0]) if offered else ("allowed-once", None)
-        return (answer, None) if answer in OUTCOMES else ("unavailable", None)
+            if offered:
+                return Verdict("allowed-session", "person", scope=offered[0])
+            return Verdict("allowed-once", "person")
+        if answer in OUTCOMES:
+            return Verdict(answer, "person")
+        return Verdict("unavailable", "policy")
 
     async def check(
-        self, call: ToolCall, reason: str, *, tool_name: str | None = None, subject: str | None = None
+        self,
+        call: ToolCall,
+        reason: str,
+        *,
+        tool_name: str | None = None,
+        subject: str | None = None,
+        rules_only: bool = False,
     ) -> str | None:
         """Ask for ``call``; ``None`` when allowed, else the model-visible refusal. ``subject``
         is what the call acts on (the command, the resolved path): shown first, and what a
-        session rule must match."""
+        rule must match. ``rules_only``: the call needs no approval of its own; only a deny or
+        ask rule decides it (nothing is asked or logged when none matches)."""
         name = tool_name or call.name
         if subject is None:
             subject = _subject_of(name, call)
+        workspace = _workspace_of(call)
+        session = getattr(call.agent, "session", None)
+        state = self._state(session) if session is not None else None
+        if state is not None and call.call_id is not None and call.call_id in state.approved_calls:
+            return None  # a person allowed this very call at the gate (an ask rule)
+        if rules_only:
+            ruled = self.book.decide(
+                name, subject, workspace, state.allowed if state else [], state.denied if state else []
+            )
+            if ruled is None or ruled.action == "allow":
+                return None
+            reason = f'{ruled.action} rule {ruled.rule} ({ruled.source})'
         outcome = await self.request(
             ApprovalRequest(
                 agent=call.agent,
@@ -274,14 +385,21 @@ class ApprovalService:
                 signal=call.signal,
                 subject=subject,
                 scopes=tuple(session_scopes(name, subject)),
+                workspace=workspace,
+                offer_project=self.book.project is not None and workspace is not None,
             )
         )
         if outcome in ("allowed-once", "allowed-session"):
+            if rules_only and state is not None and call.call_id is not None:
+                state.approved_calls.add(call.call_id)
             return None
         return refusal_text(name, outcome)
 
     async def authorize(self, tool: Tool, call: ToolCall) -> str | None:
-        """The registry's gate for tools that always need approval."""
+        """The registry's gate: tools that always need approval, and calls a deny or ask rule
+        may cover."""
+        if not (tool.needs_approval or tool.name in self.required):
+            return await self.check(call, "", tool_name=tool.name, rules_only=True)
         reason = (
             f'"{tool.name}" is marked as requiring approval'
             if tool.needs_approval

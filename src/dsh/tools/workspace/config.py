@@ -12,7 +12,11 @@ default 30000), ``jobWaitMs`` / ``maxJobWaitMs`` (``job_output`` wait, default 3
 ``maxSpillBytes`` / ``maxSessionSpillBytes`` (output kept on disk per call / per session,
 default 64 MiB / 256 MiB), ``spillDir`` (the base of the private spill folder, default
 ``$XDG_RUNTIME_DIR`` or the temp dir), ``bwrap`` (path to bubblewrap), ``shellEnvironment``
-(``{passthrough: [NAME or glob], set: {NAME: value}}``, see :mod:`.environment`).
+(``{passthrough: [NAME or glob], set: {NAME: value}}``, see :mod:`.environment`),
+``permissions`` (``{allow: [rule], ask: [rule], deny: [rule]}``, Claude Code's shape), ``rules``
+(``[{action, rule, source, anchor?}]``: the same with a source, as the apps pass flags and
+settings), ``skipApprovals`` (``--dangerously-skip-approvals``: nothing asked, deny rules still
+refuse), ``projectRules`` (default true: honour and offer "always allow in this project").
 
 :class:`Shared` owns this process's private folders (spill files, sandbox temp dirs) and removes
 them in :meth:`Shared.dispose`.
@@ -37,11 +41,29 @@ if TYPE_CHECKING:
     from dsh.tools.workspace.jobs import JobManager
     from dsh.tools.workspace.ledger import ReadLedger
 
-__all__ = ["TOOL_NAMES", "Config", "Shared"]
+__all__ = ["TOOL_NAMES", "Config", "Permissions", "RuleSpec", "Shared"]
 
 TOOL_NAMES = ("bash", "job_output", "job_list", "job_kill", "read", "write", "edit", "glob", "grep", "todo_write")
 
 Positive = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class RuleSpec(msgspec.Struct, rename="camel", frozen=True):
+    """One permission rule with its list and source (what the apps pass from flags and
+    settings files); ``anchor`` is the folder a ``/p`` path starts from."""
+
+    action: Literal["allow", "ask", "deny"]
+    rule: str
+    source: str = "config"
+    anchor: str | None = None
+
+
+class Permissions(msgspec.Struct, frozen=True):
+    """Claude Code's shape, for a YAML composition: ``{allow: [...], ask: [...], deny: [...]}``."""
+
+    allow: list[str] = msgspec.field(default_factory=list)
+    ask: list[str] = msgspec.field(default_factory=list)
+    deny: list[str] = msgspec.field(default_factory=list)
 
 
 class Config(msgspec.Struct, rename="camel"):
@@ -65,6 +87,10 @@ class Config(msgspec.Struct, rename="camel"):
     spill_dir: str | None = None
     bwrap: str | None = None
     shell_environment: ShellEnvironment = msgspec.field(default_factory=ShellEnvironment)
+    permissions: Permissions = msgspec.field(default_factory=Permissions)
+    rules: list[RuleSpec] = msgspec.field(default_factory=list)
+    skip_approvals: bool = False
+    project_rules: bool = True
 
 
 @dataclass

@@ -11,13 +11,17 @@ See :mod:`.config` for the keys.
 
 from __future__ import annotations
 
-from dsh.runtime import Context
+from dsh.permissions import RuleError
+from dsh.permissions.policy import RuleText
+from dsh.permissions.project import ProjectRules
+from dsh.runtime import ConfigError, Context
 from dsh.tools.registry import TOOLS
 from dsh.tools.workspace.approval import APPROVAL, ApprovalService
 from dsh.tools.workspace.bash import bash_tool
 from dsh.tools.workspace.config import TOOL_NAMES, Config, Shared
 from dsh.tools.workspace.fs import ReadLedger, fs_tools
 from dsh.tools.workspace.jobs import JOBS, JobManager, job_tools
+from dsh.tools.workspace.rule_book import RuleBook
 from dsh.tools.workspace.search import search_tools
 from dsh.tools.workspace.spill import SpillStore
 from dsh.tools.workspace.todo import todo_tool
@@ -28,11 +32,22 @@ name = "workspace-tools"
 inject = ["tools"]
 
 
+def _rule_book(config: Config) -> RuleBook:
+    texts = [RuleText(r.action, r.rule, r.source, r.anchor) for r in config.rules]
+    for action in ("allow", "ask", "deny"):
+        texts += [RuleText(action, text, "config") for text in getattr(config.permissions, action)]
+    try:
+        return RuleBook(texts, skip_approvals=config.skip_approvals,
+                        project=ProjectRules() if config.project_rules else None)
+    except RuleError as exc:
+        raise ConfigError(f"workspace-tools: {exc}") from None
+
+
 async def apply(ctx: Context, config: Config) -> None:
     unknown = sorted(set(config.tools) - set(TOOL_NAMES))
     if unknown:
         raise ValueError(f"workspace-tools: unknown tool(s) in tools: {', '.join(unknown)}")
-    approval = ApprovalService(config.approval, config.approval_required)
+    approval = ApprovalService(config.approval, config.approval_required, book=_rule_book(config))
     ctx.provide(APPROVAL, approval)
     spill = SpillStore(
         config.spill_dir,
