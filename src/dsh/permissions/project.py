@@ -15,16 +15,15 @@ others, or does not parse, grants nothing (:class:`ProjectRulesError` says why).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import stat
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
 from dsh._home import dsh_home
+from dsh._home_file import locked, write_private
 
 __all__ = ["FILE_NAME", "ProjectRules", "ProjectRulesError", "source_of"]
 
@@ -112,28 +111,8 @@ class ProjectRules:
             change(data)
             self._write(data)
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        folder = self.path.parent
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(folder / f".{FILE_NAME}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.path)
 
     def _write(self, data: _File) -> None:
-        body = msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n"
-        fd, temp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{FILE_NAME}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                os.fchmod(handle.fileno(), 0o600)
-                handle.write(body)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
+        write_private(self.path, msgspec.json.format(msgspec.json.encode(data), indent=2) + b"\n")

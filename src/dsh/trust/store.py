@@ -21,16 +21,15 @@ the user, is writable by group or others, or does not parse, trusts nothing (fai
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import stat
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import msgspec
 
 from dsh._home import dsh_home
+from dsh._home_file import locked, write_private
 
 __all__ = ["FILE_NAME", "Record", "TrustFileError", "TrustStore", "trust_path"]
 
@@ -98,34 +97,8 @@ class TrustStore:
             self._write(records)
             return records
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        folder = self.path.parent
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(folder / f".{FILE_NAME}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return locked(self.path)
 
     def _write(self, records: list[Record]) -> None:
-        data = msgspec.json.format(msgspec.json.encode(_File(files=records)), indent=2) + b"\n"
-        folder = self.path.parent
-        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{FILE_NAME}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                os.fchmod(handle.fileno(), 0o600)
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_private(self.path, msgspec.json.format(msgspec.json.encode(_File(files=records)), indent=2) + b"\n")
