@@ -1,6 +1,6 @@
 """``dsh acp``: ``dsh chat``'s composition with ``acp-app`` in place of ``stdio-app``, served.
 
-Owns the step from parsed flags to :func:`dsh.apps.acp.server.serve`: the entries of
+Owns the step from parsed flags to :func:`dsh.apps.acp.serve.serve`: the entries of
 :mod:`dsh.apps.entries` with the app swapped, loaded on one context, and the served options
 (``--model``, the app's default model and permission timeout).
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 
 from dsh.apps.acp import app as acp_app
-from dsh.apps.acp.server import AcpOptions, serve
+from dsh.apps.acp.serve import serve
+from dsh.apps.acp.server import AcpOptions
 from dsh.apps.entries import composition
 from dsh.compose import APP_NAMES
 from dsh.errors import UsageError

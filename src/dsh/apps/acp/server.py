@@ -3,7 +3,8 @@
 Owns the ACP method handlers (``initialize``, ``session/new``, ``session/load``,
 ``session/resume``, ``session/list``, ``session/prompt``, ``session/cancel``, ``session/close``),
 the ordered stream of ``session/update`` notifications fed by the ``session/event`` bus, and the
-lifetime of each session's client MCP servers (:mod:`.mcp_servers`: connected for that session's
+lifetime of each session's client MCP servers (the process around it, stdio and signals, is
+:mod:`.serve`) (:mod:`.mcp_servers`: connected for that session's
 agent alone, stopped when it closes). The approval asker is :mod:`.permissions`. Everything else
 is the ordinary composition of ``dsh chat`` (model, tools, time-context, store) on one
 :class:`Context`: each ACP session is an agent whose id is its session id, on a durable session
@@ -17,21 +18,17 @@ content block, a session held by another process.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.metadata
 import logging
 import os
-import signal
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import cast
 
 from acp import PROTOCOL_VERSION, schema
 from acp.agent.connection import AgentSideConnection
 from acp.exceptions import RequestError
-from acp.interfaces import Agent as AcpAgent
 
 from dsh import _zones
 from dsh.agent.agent import Agent
@@ -48,7 +45,7 @@ from dsh.apps.acp.mapping import (
 from dsh.apps.acp.mcp_servers import ClientServers, McpServer, checked, connect_for
 from dsh.apps.acp.permissions import ClientAsker
 from dsh.apps.acp.replay import replay
-from dsh.apps.acp.wire import StdioTransport, WireMessage, claim_stdout
+from dsh.apps.acp.wire import StdioTransport, WireMessage
 from dsh.persistence.base import SESSION_STORE, StoreError
 from dsh.plugins.subagent.lineage import is_child_header
 from dsh.plugins.subagent.progress import child_activity
@@ -57,7 +54,7 @@ from dsh.session import Event, Session
 from dsh.tools.registry import TOOLS
 from dsh.tools.workspace.approval import APPROVAL
 
-__all__ = ["AcpOptions", "DshAcpAgent", "serve"]
+__all__ = ["AcpOptions", "DshAcpAgent"]
 
 log = logging.getLogger("dsh.acp")
 
@@ -425,33 +422,3 @@ def _check_cwd(cwd: str) -> None:
     why = workspace_choice.refusal(cwd)
     if why is not None:
         raise invalid_params(f'cwd "{cwd}" cannot be a workspace ({why})')
-
-
-async def serve(ctx: Context, options: AcpOptions) -> None:
-    """Serve ACP on this process's stdin/stdout until the client closes stdin."""
-    out = claim_stdout()
-    transport = StdioTransport(out)
-    agent = DshAcpAgent(ctx, options, transport)
-    # use_unstable_protocol: session/resume and session/close are routed only then; the unstable
-    # methods dsh does not implement (fork, ...) still answer "Method not found".
-    conn = AgentSideConnection(cast(AcpAgent, agent), transport, listening=False, use_unstable_protocol=True)
-    listening = asyncio.ensure_future(conn.listen())
-    loop = asyncio.get_running_loop()
-    handled = []
-    # An editor stops its agent with SIGTERM (or SIGINT): leave like at end of input, so running
-    # turns end "aborted" and every session is flushed, instead of leaving them to crash repair.
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, listening.cancel)
-            handled.append(signum)
-    try:
-        with contextlib.suppress(asyncio.CancelledError):
-            await listening
-    finally:
-        for signum in handled:
-            loop.remove_signal_handler(signum)
-        for state in agent.sessions.values():
-            if state.agent.status == "running":
-                state.agent.cancel("dsh acp stopped (end of input or a signal)")
-        await agent.close()
-        await asyncio.shield(conn.close())
