@@ -196,9 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     for sub_parser in (listing, show, requests, remove, export, importing, salvage, trace):
         _store_options(sub_parser)
         sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
-    from dsh.apps import reminders, rewind_cmd
+    _rewind_parsers(sub)
+    from dsh.apps import reminders
 
-    rewind_cmd.add_parsers(sub, _store_options, DEBUG_HELP)
     mcp_cmd.add_parser(commands, _Parser)
     _trust_parser(commands)
     from dsh.apps import extensions_view
@@ -207,6 +207,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     reminders.add_parser(commands, _store_options)
     return parser
+
+
+def _rewind_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``dsh sessions diff``, ``rewind`` and ``gc`` (their bodies: :mod:`dsh.apps.rewind_cmd`)."""
+    from dsh.rewind import DEFAULT_RETENTION_DAYS
+    diff = sub.add_parser("diff", help="what the agent changed in the workspace, as a unified diff")
+    diff.add_argument("id", metavar="ID", help="session id (any unique prefix)")
+    diff.add_argument("--turn", type=int, metavar="N", help="only turn N (default: the whole session)")
+    rewind = sub.add_parser("rewind", help="restore the files and/or the conversation to before a turn")
+    rewind.add_argument("id", metavar="ID", help="session id (any unique prefix)")
+    rewind.add_argument("--to-turn", type=int, required=True, metavar="N", help="go back to before turn N")
+    what = rewind.add_mutually_exclusive_group()
+    what.add_argument("--files", dest="what", action="store_const", const="files", help="restore the workspace files (default)")
+    what.add_argument("--conversation", dest="what", action="store_const", const="conversation",
+                      help="fork a new session holding the conversation before turn N (the original is kept)")
+    what.add_argument("--both", dest="what", action="store_const", const="both", help="both of the above")
+    rewind.add_argument("--force", action="store_true", help="overwrite files changed after the agent")
+    gc = sub.add_parser("gc", help="prune workspace snapshots of old and deleted sessions")
+    gc.add_argument("--older-than", type=float, default=DEFAULT_RETENTION_DAYS, metavar="DAYS",
+                    help=f"drop snapshots older than DAYS (default {DEFAULT_RETENTION_DAYS})")
+    for parser in (diff, rewind, gc):
+        _store_options(parser)
+        parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
 
 
 def _trust_parser(commands: argparse._SubParsersAction[_Parser]) -> None:

@@ -1,12 +1,13 @@
 """``dsh sessions diff``, ``dsh sessions rewind`` and ``dsh sessions gc``.
 
-Owns their arguments and output. ``diff ID [--turn N]`` prints the unified diff of what the
+Owns their output. ``diff ID [--turn N]`` prints the unified diff of what the
 agent changed in the workspace (a turn, or the whole session). ``rewind ID --to-turn N
 [--files|--conversation|--both] [--force]`` restores the files to before turn N (appending a
 ``workspace/rewind`` event to the session, under its writer lock), forks the conversation before
 turn N into a new session (the original is left as it is), or both (the event then goes to the
 new session, which is the one that continues). ``gc [--older-than DAYS]`` prunes snapshots.
-The operations themselves are :mod:`dsh.rewind.ops`.
+The operations themselves are :mod:`dsh.rewind.ops`; the arguments are declared in
+:mod:`dsh.cli` (so that building the parser imports none of this).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from dsh.apps import salvage
@@ -25,28 +25,7 @@ from dsh.rewind import history, ops
 from dsh.rewind.history import REWIND
 from dsh.session import Session
 
-__all__ = ["ACTIONS", "add_parsers"]
-
-
-def add_parsers(sub: Any, store_options: Callable[[argparse.ArgumentParser], None], debug_help: str) -> None:
-    diff = sub.add_parser("diff", help="what the agent changed in the workspace, as a unified diff")
-    diff.add_argument("id", metavar="ID", help="session id (any unique prefix)")
-    diff.add_argument("--turn", type=int, metavar="N", help="only turn N (default: the whole session)")
-    rewind = sub.add_parser("rewind", help="restore the files and/or the conversation to before a turn")
-    rewind.add_argument("id", metavar="ID", help="session id (any unique prefix)")
-    rewind.add_argument("--to-turn", type=int, required=True, metavar="N", help="go back to before turn N")
-    what = rewind.add_mutually_exclusive_group()
-    what.add_argument("--files", dest="what", action="store_const", const="files", help="restore the workspace files (default)")
-    what.add_argument("--conversation", dest="what", action="store_const", const="conversation",
-                      help="fork a new session holding the conversation before turn N (the original is kept)")
-    what.add_argument("--both", dest="what", action="store_const", const="both", help="both of the above")
-    rewind.add_argument("--force", action="store_true", help="overwrite files changed after the agent")
-    gc = sub.add_parser("gc", help="prune workspace snapshots of old and deleted sessions")
-    gc.add_argument("--older-than", type=float, default=ops.DEFAULT_RETENTION_DAYS, metavar="DAYS",
-                    help=f"drop snapshots older than DAYS (default {ops.DEFAULT_RETENTION_DAYS})")
-    for parser in (diff, rewind, gc):
-        store_options(parser)
-        parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+__all__ = ["ACTIONS"]
 
 
 def _one_line(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from dsh._clock import now_ms
 from dsh._home import dsh_home
+from dsh.rewind import DEFAULT_RETENTION_DAYS
 from dsh.rewind.gitenv import ATTRIBUTES, GitError, GitRunner, ensure_private, find_git
 
 __all__ = [
@@ -40,7 +41,6 @@ DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 # A first snapshot hashes every file (~0.5 ms each here): a home folder of a million files would
 # stall the first step for minutes, so more new files than this at once are refused.
 DEFAULT_MAX_NEW_FILES = 100_000
-DEFAULT_RETENTION_DAYS = 30
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 
