@@ -34,6 +34,7 @@ def test_an_unknown_model_gets_the_defaults_and_one_note() -> None:
         "window and 8192 output tokens"
     )
     assert catalog.unknown_note("anthropic:claude-sonnet-4-5") is None
+    assert catalog.unknown_note("mock-echo") is None  # the keyless default calls no endpoint
 
 
 def test_the_catalog_is_read_on_first_use_not_at_import() -> None:

@@ -88,8 +88,11 @@ def info(model: str) -> ModelInfo:
 
 
 def unknown_note(model: str) -> str | None:
-    """The one line that says which defaults an unknown model runs with (``None`` if known)."""
-    if lookup(model) is not None:
+    """The one line that says which defaults an unknown model runs with (``None`` if known, and
+    for the keyless ``mock-echo``, which calls no endpoint: a newcomer's first screen stays clean)."""
+    from dsh.llm.echo import MODEL as ECHO_MODEL
+
+    if model == ECHO_MODEL or lookup(model) is not None:
         return None
     d = info(model)
     return (

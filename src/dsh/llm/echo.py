@@ -41,7 +41,10 @@ from dsh.llm.types import AbortSignalLike, LlmRequest, StreamChunk, ToolCallBloc
 if TYPE_CHECKING:
     from dsh.runtime import Context
 
-__all__ = ["Config", "MockEchoAdapter", "apply", "inject", "name"]
+__all__ = ["MODEL", "Config", "MockEchoAdapter", "apply", "inject", "name"]
+
+MODEL = "mock-echo"
+"""The keyless model this plugin serves by default (no endpoint, no context window to speak of)."""
 
 name = "echo-llm"
 inject = ["llm"]
@@ -62,7 +65,7 @@ class Config(msgspec.Struct, rename="camel", omit_defaults=True):
     context, see the module doc)."""
 
     delay_ms: Annotated[float, msgspec.Meta(ge=0)] = 2
-    models: list[str] = msgspec.field(default_factory=lambda: ["mock-echo"])
+    models: list[str] = msgspec.field(default_factory=lambda: [MODEL])
     answer: Answer = "lastUserBlock"
 
 
