@@ -42,7 +42,10 @@ def test_a_running_child_is_shown_under_its_call_then_collapsed(workdir: Path, t
         term.type("go\r")
         live = term.expect("⤷ general-purpose · glob ·", timeout=60)
         assert "⚙ subagent" in live
-        screen = term.expect("parent answer", timeout=60)
+        term.expect("parent answer", timeout=60)
+        # The reply's text can show in the live area a moment before the finished lines above it
+        # are printed: read until the call's result is there too, then check their order.
+        screen = term.expect("↳ child answer", timeout=30)
         lines = screen.splitlines()
         done = [n for n, line in enumerate(lines) if "⤷ general-purpose · done ·" in line]
         call = [n for n, line in enumerate(lines) if "⚙ subagent" in line]

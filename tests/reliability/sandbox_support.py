@@ -9,6 +9,7 @@ runs use, or skips with the reason when this machine cannot.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import pwd
@@ -72,16 +73,59 @@ def user_folder(user: pwd.struct_passwd, name: str) -> Path:
     return path
 
 
+_IMPORT_PATHS: dict[int, str] = {}
+
+
+def _readable_by(user: pwd.struct_passwd, python: str, path: str) -> bool:
+    probe = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", python, "-c",
+             "import os, sys; sys.exit(0 if os.access(sys.argv[1], os.R_OK | os.X_OK) else 1)", path]
+    return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+
+def _user_view(source: Path, into: Path) -> None:
+    """``source`` again under ``into``, files hard-linked (copied across file systems), folders
+    made 0755, so the plain user can read what root's private checkout holds."""
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, into, copy_function=link, symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for folder, _, _ in os.walk(into):
+        os.chmod(folder, 0o755)
+
+
+def _import_path(user: pwd.struct_passwd, python: str) -> str:
+    """``PYTHONPATH`` for ``user``: this checkout's ``src`` and the environment's packages, as
+    they are when the user can read them, else a world-readable view of them (made once per
+    process). CI clones into folders of its choosing, which may be private to root (0700)."""
+    if user.pw_uid in _IMPORT_PATHS:
+        return _IMPORT_PATHS[user.pw_uid]
+    paths = [str(REPO / "src"), sysconfig.get_paths()["purelib"]]
+    if not all(_readable_by(user, python, p) for p in paths):
+        base = Path(tempfile.mkdtemp(prefix="dsh-user-view-", dir="/var/tmp"))
+        atexit.register(shutil.rmtree, base, True)
+        os.chmod(base, 0o755)
+        viewed = []
+        for n, path in enumerate(paths):
+            _user_view(Path(path), base / str(n))
+            viewed.append(str(base / str(n)))
+        paths = viewed
+    _IMPORT_PATHS[user.pw_uid] = os.pathsep.join(paths)
+    return _IMPORT_PATHS[user.pw_uid]
+
+
 def _user_command(user: pwd.struct_passwd, home: Path) -> tuple[list[str], dict[str, str]]:
     """``python -m dsh`` as ``user``: the interpreter must be one the user can run (root's
     pyenv is private), with this checkout and its virtualenv's packages on the path."""
     python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.access(python, os.X_OK):
         pytest.skip(f"no system {python} for the plain user to run dsh with")
-    site = sysconfig.get_paths()["purelib"]
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": user.pw_dir, "USER": user.pw_name,
-        "LANG": "C.UTF-8", "DSH_HOME": str(home), "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{site}",
+        "LANG": "C.UTF-8", "DSH_HOME": str(home), "PYTHONPATH": _import_path(user, python),
         "PYTHONDONTWRITEBYTECODE": "1", "TZ": "Asia/Shanghai", "PYTHONUNBUFFERED": "1", **NO_PROXY,
     }
     argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", python, "-m", "dsh"]
