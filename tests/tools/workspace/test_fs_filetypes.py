@@ -95,11 +95,13 @@ def test_signals_reach_chat_after_a_fifo_read(hostile: Path, signum: int) -> Non
         try:
             chat.send("read the fifo\n")
 
-            def read_started() -> bool:
+            # The read must have returned (refused at once, not blocked on the FIFO) before the
+            # signal: a signal between the logged call and its result cancels the call instead.
+            def read_answered() -> bool:
                 logs = session_files(hostile)
-                return bool(logs) and '"tool/call"' in logs[0].read_text()
+                return bool(logs) and '"tool/result"' in logs[0].read_text()
 
-            wait_until_sync(read_started, 60, "the read call in the log")
+            wait_until_sync(read_answered, 60, "the read's result in the log")
             chat.proc.send_signal(signum)
             if signum == signal.SIGINT:
                 chat.read_until("\n> ", count=2)  # the turn is cancelled, the prompt is back
